@@ -1,0 +1,164 @@
+// `sovereign keys …` and `sovereign projects …`: they open the same lmdb store as the daemon, which sees each change
+// on its next read, so they work while it runs.
+import { loadConfig } from '../config/index.js';
+import { KeyRegistry, type KeyView } from '../keys/index.js';
+import { openStore } from '../store/index.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError } from './args.js';
+import { printJson, printTable } from './output.js';
+
+export const KEYS_HELP = `Usage: sovereign keys <command> [options]
+
+Commands:
+  create --project P [--name N] [--rpm N] [--tpm N]
+                       create a key; prints its secret once
+  list [--project P]   list keys (never secrets)
+  rotate ID [--grace SECONDS]
+                       new secret, same id; the old one works for SECONDS more (default 0)
+  revoke ID            the key stops working at once
+  limits ID [--rpm N|default] [--tpm N|default]
+                       set or clear the key's own limits (cloud and frontier postures)
+
+${COMMON_HELP}`;
+
+export const PROJECTS_HELP = `Usage: sovereign projects <command> [options]
+
+Commands:
+  create NAME          create a project (letters, digits, '.', '_', '-')
+  list                 list projects
+
+${COMMON_HELP}`;
+
+async function withRegistry<T>(values: Record<string, string | boolean | undefined>, work: (registry: KeyRegistry) => T): Promise<T> {
+  const { config } = loadConfig(configFlags(values));
+  const store = openStore(config.dataDir);
+  try {
+    return work(new KeyRegistry(store));
+  } finally {
+    await store.close();
+  }
+}
+
+function keyRow(k: KeyView) {
+  return {
+    id: k.id,
+    project: k.projectName,
+    status: k.status,
+    hint: k.hint,
+    rpm: k.rpm,
+    tpm: k.tpm,
+    created: k.createdAt,
+    rotated: k.rotatedAt,
+    grace_until: k.graceUntil,
+  };
+}
+
+function printSecret(json: boolean, key: KeyView, secret: string, verb: string): void {
+  if (json) {
+    printJson({ ...key, secret });
+    return;
+  }
+  process.stdout.write(`${verb} ${key.id} in project ${key.projectName}.\n\n  ${secret}\n\nThis secret is shown once. Store it now; only its hash is kept.\n`);
+}
+
+export async function keysCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    ...CONFIG_OPTIONS,
+    project: { type: 'string' },
+    name: { type: 'string' },
+    rpm: { type: 'string' },
+    tpm: { type: 'string' },
+    grace: { type: 'string' },
+  });
+  const [command, id, ...rest] = positionals;
+  if (values.help || !command) {
+    process.stdout.write(`${KEYS_HELP}\n`);
+    return values.help ? 0 : 2;
+  }
+  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  const json = values.json === true;
+  const needId = () => {
+    if (!id) throw new UsageError(`keys ${command} needs a key id (see 'sovereign keys list')`);
+    return id;
+  };
+  switch (command) {
+    case 'create': {
+      if (typeof values.project !== 'string') throw new UsageError('keys create needs --project P');
+      if (id) throw new UsageError(`unexpected argument '${id}'`);
+      const rpm = limitFlag('rpm', values.rpm, false) ?? undefined;
+      const tpm = limitFlag('tpm', values.tpm, false) ?? undefined;
+      const project = values.project;
+      const name = typeof values.name === 'string' ? values.name : undefined;
+      const { key, secret } = await withRegistry(values, (r) =>
+        r.createKey({ project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) }),
+      );
+      printSecret(json, key, secret, 'Created');
+      return 0;
+    }
+    case 'list': {
+      const project = typeof values.project === 'string' ? values.project : undefined;
+      const keys = await withRegistry(values, (r) => r.listKeys(project ? { project } : {}));
+      if (json) printJson(keys);
+      else printTable(keys.map(keyRow), ['id', 'project', 'status', 'hint', 'rpm', 'tpm', 'created', 'rotated', 'grace_until']);
+      return 0;
+    }
+    case 'rotate': {
+      const keyId = needId();
+      let grace = 0;
+      if (values.grace !== undefined) {
+        if (typeof values.grace !== 'string' || !/^\d+$/.test(values.grace)) throw new UsageError(`--grace must be a whole number of seconds`);
+        grace = Number(values.grace);
+      }
+      const { key, secret } = await withRegistry(values, (r) => r.rotateKey(keyId, grace));
+      printSecret(json, key, secret, grace ? `Rotated (old secret accepted for ${grace}s more)` : 'Rotated (old secret no longer accepted)');
+      return 0;
+    }
+    case 'revoke': {
+      const keyId = needId();
+      const key = await withRegistry(values, (r) => r.revokeKey(keyId));
+      if (json) printJson(key);
+      else process.stdout.write(`Revoked ${key.id}; it no longer authenticates.\n`);
+      return 0;
+    }
+    case 'limits': {
+      const keyId = needId();
+      const rpm = limitFlag('rpm', values.rpm, true);
+      const tpm = limitFlag('tpm', values.tpm, true);
+      if (rpm === undefined && tpm === undefined) throw new UsageError('keys limits needs --rpm and/or --tpm');
+      const key = await withRegistry(values, (r) => r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) }));
+      if (json) printJson(key);
+      else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown keys command '${command}'`);
+  }
+}
+
+export async function projectsCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, CONFIG_OPTIONS);
+  const [command, name, ...rest] = positionals;
+  if (values.help || !command) {
+    process.stdout.write(`${PROJECTS_HELP}\n`);
+    return values.help ? 0 : 2;
+  }
+  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  const json = values.json === true;
+  switch (command) {
+    case 'create': {
+      if (!name) throw new UsageError('projects create needs a NAME');
+      const project = await withRegistry(values, (r) => r.createProject(name));
+      if (json) printJson(project);
+      else process.stdout.write(`Created project ${project.name} (${project.id}).\n`);
+      return 0;
+    }
+    case 'list': {
+      if (name) throw new UsageError(`unexpected argument '${name}'`);
+      const projects = await withRegistry(values, (r) => r.listProjects());
+      if (json) printJson(projects);
+      else printTable(projects.map((p) => ({ id: p.id, name: p.name, created: p.createdAt })), ['id', 'name', 'created']);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown projects command '${command}'`);
+  }
+}

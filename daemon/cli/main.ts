@@ -1,0 +1,64 @@
+// Entry point of `sovereign`: dispatches to a subcommand, turns known failures into a message and an exit code
+// (1: the command failed, 2: it was called wrong), and never prints a stack trace for them.
+import { ConfigError } from '../config/index.js';
+import { KeysError } from '../keys/index.js';
+import { keysCommand, projectsCommand } from './admin.js';
+import { UsageError } from './args.js';
+import { configCommand } from './config.js';
+import { serveCommand } from './serve.js';
+
+const HELP = `Usage: sovereign <command> [options]
+
+Commands:
+  serve            run the daemon (see 'sovereign serve --help')
+  keys             create, list, rotate, revoke API keys and set their limits
+  projects         create and list projects
+  config check     validate the configuration and print the effective values
+
+Every command takes --help, and --json for machine-readable output.`;
+
+const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  serve: serveCommand,
+  keys: keysCommand,
+  projects: projectsCommand,
+  config: configCommand,
+};
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(`${HELP}\n`);
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  const json = rest.includes('--json');
+  try {
+    if (!command) throw new UsageError(`unknown command '${name}'`);
+    return await command(rest);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      report(json, 'usage', `${err.message}\nRun 'sovereign ${command ? `${name} ` : ''}--help' for usage.`);
+      return 2;
+    }
+    if (err instanceof ConfigError) {
+      report(json, 'config', err.message, err.problems);
+      return 1;
+    }
+    if (err instanceof KeysError) {
+      report(json, err.kind, err.message);
+      return 1;
+    }
+    report(json, 'error', (err as Error).message ?? String(err));
+    return 1;
+  }
+}
+
+function report(json: boolean, kind: string, message: string, problems?: string[]): void {
+  if (json) process.stdout.write(`${JSON.stringify({ error: { kind, message, ...(problems ? { problems } : {}) } })}\n`);
+  process.stderr.write(`sovereign: ${message}\n`);
+}
+
+const code = await main(process.argv.slice(2));
+process.exitCode = code;
+// The daemon has released everything by now; exit even if a library left a timer behind.
+if (process.argv[2] === 'serve') process.exit(code);

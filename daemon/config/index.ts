@@ -1,0 +1,16 @@
+export {
+  ConfigError,
+  ENV_OVERRIDES,
+  defaultDataDir,
+  isMetered,
+  isSealed,
+  isSovereign,
+  listenHost,
+  loadConfig,
+  manifestPath,
+  modelsDir,
+  usesTls,
+  type ConfigFlags,
+  type LoadedConfig,
+} from './load.js';
+export { configSchema, POSTURES, type Config, type LogLevel, type Posture } from './schema.js';

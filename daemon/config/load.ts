@@ -1,0 +1,262 @@
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Ajv, type ErrorObject } from 'ajv';
+import { configSchema, POSTURES, type Config, type Posture } from './schema.js';
+
+/** Everything wrong with a configuration, each line naming the key it is about. */
+export class ConfigError extends Error {
+  constructor(
+    readonly problems: string[],
+    readonly source: string,
+  ) {
+    super(`invalid configuration (${source}):\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Values given on the command line; they win over the environment, which wins over the file. */
+export interface ConfigFlags {
+  config?: string;
+  posture?: string;
+  host?: string;
+  port?: string;
+  region?: string;
+  dataDir?: string;
+  modelsDir?: string;
+  manifest?: string;
+}
+
+export interface LoadedConfig {
+  config: Config;
+  /** The file that was read, if any. */
+  file: string | undefined;
+}
+
+const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** Environment variables and the config key each one overrides. */
+export const ENV_OVERRIDES: ReadonlyArray<{ env: string; key: string; type: 'string' | 'integer' | 'boolean' }> = [
+  { env: 'SOVEREIGN_POSTURE', key: 'posture', type: 'string' },
+  { env: 'SOVEREIGN_REGION', key: 'region', type: 'string' },
+  { env: 'SOVEREIGN_HOST', key: 'listen.host', type: 'string' },
+  { env: 'SOVEREIGN_PORT', key: 'listen.port', type: 'integer' },
+  { env: 'SOVEREIGN_TLS_CERT', key: 'tls.cert', type: 'string' },
+  { env: 'SOVEREIGN_TLS_KEY', key: 'tls.key', type: 'string' },
+  { env: 'SOVEREIGN_DATA_DIR', key: 'dataDir', type: 'string' },
+  { env: 'SOVEREIGN_MODELS_DIR', key: 'modelsDir', type: 'string' },
+  { env: 'SOVEREIGN_MANIFEST', key: 'manifest', type: 'string' },
+  { env: 'SOVEREIGN_LOG_LEVEL', key: 'log.level', type: 'string' },
+];
+
+const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']> = [
+  ['posture', 'posture', 'string'],
+  ['region', 'region', 'string'],
+  ['host', 'listen.host', 'string'],
+  ['port', 'listen.port', 'integer'],
+  ['dataDir', 'dataDir', 'string'],
+  ['modelsDir', 'modelsDir', 'string'],
+  ['manifest', 'manifest', 'string'],
+];
+
+const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest'];
+
+/** Where state lives when nothing says otherwise: systemd's StateDirectory, else the FHS place, else the user's. */
+export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
+  const fromSystemd = env.STATE_DIRECTORY?.split(':')[0];
+  if (fromSystemd) return fromSystemd;
+  if (process.getuid?.() === 0) return '/var/lib/sovereign';
+  return join(env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share'), 'sovereign');
+}
+
+function defaults(env: NodeJS.ProcessEnv): Config {
+  return {
+    posture: 'device',
+    region: 'local',
+    listen: { port: 8443 },
+    dataDir: defaultDataDir(env),
+    limits: { bodyBytes: 4 * 1024 * 1024, maxInFlight: 512, defaultRpm: 600, defaultTpm: 600_000 },
+    timeouts: { requestMs: 60_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
+    log: { level: 'info', requests: false },
+  };
+}
+
+type Tree = Record<string, unknown>;
+
+function isTree(value: unknown): value is Tree {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function setPath(tree: Tree, dotted: string, value: unknown): void {
+  const parts = dotted.split('.');
+  let node = tree;
+  for (const part of parts.slice(0, -1)) {
+    if (!isTree(node[part])) node[part] = {};
+    node = node[part] as Tree;
+  }
+  node[parts[parts.length - 1]!] = value;
+}
+
+function getPath(tree: Tree, dotted: string): unknown {
+  let node: unknown = tree;
+  for (const part of dotted.split('.')) {
+    if (!isTree(node)) return undefined;
+    node = node[part];
+  }
+  return node;
+}
+
+function merge(base: Tree, over: Tree): Tree {
+  const out: Tree = { ...base };
+  for (const [k, v] of Object.entries(over)) out[k] = isTree(v) && isTree(out[k]) ? merge(out[k] as Tree, v) : v;
+  return out;
+}
+
+function convert(raw: string, type: 'string' | 'integer' | 'boolean', origin: string, problems: string[]): unknown {
+  if (type === 'string') return raw;
+  if (type === 'boolean') {
+    if (raw === 'true' || raw === '1') return true;
+    if (raw === 'false' || raw === '0') return false;
+    problems.push(`${origin} must be true or false, got '${raw}'`);
+    return undefined;
+  }
+  if (!/^\d+$/.test(raw)) {
+    problems.push(`${origin} must be a whole number, got '${raw}'`);
+    return undefined;
+  }
+  return Number(raw);
+}
+
+const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false });
+const validate = ajv.compile(configSchema);
+
+function keyOf(error: ErrorObject): string {
+  const base = error.instancePath.split('/').filter(Boolean).join('.');
+  const child =
+    (error.params as { additionalProperty?: string; missingProperty?: string }).additionalProperty ??
+    (error.params as { missingProperty?: string }).missingProperty;
+  return child ? (base ? `${base}.${child}` : child) : base || '(root)';
+}
+
+function describe(error: ErrorObject): string {
+  const key = keyOf(error);
+  switch (error.keyword) {
+    case 'additionalProperties':
+      return `unknown key '${key}': remove it or check its spelling (see docs/config.md)`;
+    case 'required':
+      return `missing key '${key}'`;
+    case 'enum':
+      return `'${key}' must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`;
+    default:
+      return `'${key}' ${error.message ?? 'is invalid'}`;
+  }
+}
+
+const LOOPBACK = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|::1|localhost)$/;
+
+function postureRules(config: Config): string[] {
+  const problems: string[] = [];
+  const https = config.posture !== 'device';
+  if (https && !config.listen.host) {
+    problems.push(`'listen.host' is required for the ${config.posture} posture: set the address to serve on`);
+  }
+  if (https && !config.tls) {
+    problems.push(
+      `the ${config.posture} posture serves HTTPS only: set 'tls.cert' and 'tls.key' to the operator's certificate and key`,
+    );
+  }
+  if (!https && config.tls) problems.push(`the device posture serves plain HTTP on loopback: remove 'tls'`);
+  if (!https && config.listen.host && !LOOPBACK.test(config.listen.host)) {
+    problems.push(
+      `the device posture listens on loopback only; 'listen.host' is '${config.listen.host}' (use the appliance posture to serve a network)`,
+    );
+  }
+  return problems;
+}
+
+/**
+ * Builds the effective configuration: defaults, then the file, then the environment, then flags. Relative paths in
+ * the file are taken from the file's directory; relative paths from flags or the environment from the working
+ * directory.
+ */
+export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
+  const problems: string[] = [];
+  const file = flags.config ?? env.SOVEREIGN_CONFIG;
+  let fromFile: Tree = {};
+  if (file) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new ConfigError([`cannot read the config file: ${(err as Error).message}`], file);
+    }
+    try {
+      const parsed: unknown = JSON.parse(text);
+      if (!isTree(parsed)) throw new Error('the top level must be a JSON object');
+      fromFile = parsed;
+    } catch (err) {
+      throw new ConfigError([`not valid JSON: ${(err as Error).message}`], file);
+    }
+    const base = dirname(resolve(file));
+    for (const key of PATH_KEYS) {
+      const value = getPath(fromFile, key);
+      if (typeof value === 'string' && value && !isAbsolute(value)) setPath(fromFile, key, resolve(base, value));
+    }
+  }
+
+  const overrides: Tree = {};
+  for (const { env: name, key, type } of ENV_OVERRIDES) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const value = convert(raw, type, `environment variable ${name}`, problems);
+    if (value !== undefined) setPath(overrides, key, PATH_KEYS.includes(key) ? resolve(String(value)) : value);
+  }
+  for (const [flag, key, type] of FLAG_KEYS) {
+    const raw = flags[flag];
+    if (raw === undefined) continue;
+    const value = convert(raw, type, `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, problems);
+    if (value !== undefined) setPath(overrides, key, PATH_KEYS.includes(key) ? resolve(String(value)) : value);
+  }
+  const source = file ?? 'defaults, environment and flags';
+  if (problems.length) throw new ConfigError(problems, source);
+
+  const merged = merge(merge(defaults(env) as unknown as Tree, fromFile), overrides);
+  delete merged.$schema;
+  if (!validate(merged)) throw new ConfigError((validate.errors ?? []).map(describe), source);
+  const config = merged as unknown as Config;
+  const rules = postureRules(config);
+  if (rules.length) throw new ConfigError(rules, source);
+  return { config, file };
+}
+
+/** The address the server binds for a posture. */
+export function listenHost(config: Config): string {
+  return config.listen.host ?? '127.0.0.1';
+}
+
+export function modelsDir(config: Config): string {
+  return config.modelsDir ?? join(config.dataDir, 'models');
+}
+
+export function manifestPath(config: Config): string {
+  return config.manifest ?? join(PACKAGE_ROOT, 'models-manifest.json');
+}
+
+export function isSovereign(posture: Posture): boolean {
+  return posture !== 'frontier';
+}
+
+export function isSealed(posture: Posture): boolean {
+  return posture === 'device' || posture === 'appliance';
+}
+
+export function isMetered(posture: Posture): boolean {
+  return posture === 'cloud' || posture === 'frontier';
+}
+
+export function usesTls(posture: Posture): boolean {
+  return posture !== 'device';
+}
+
+export { POSTURES };

@@ -1,0 +1,95 @@
+// The configuration file's JSON Schema. Descriptions here are the source for docs/config.md; a test checks that
+// every key below is documented there.
+
+export const POSTURES = ['device', 'appliance', 'cloud', 'frontier'] as const;
+export type Posture = (typeof POSTURES)[number];
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+export interface Config {
+  posture: Posture;
+  region: string;
+  listen: { host?: string; port: number };
+  tls?: { cert: string; key: string };
+  dataDir: string;
+  modelsDir?: string;
+  manifest?: string;
+  limits: {
+    bodyBytes: number;
+    maxInFlight: number;
+    defaultRpm: number;
+    defaultTpm: number;
+  };
+  timeouts: {
+    requestMs: number;
+    keepAliveMs: number;
+    shutdownGraceMs: number;
+  };
+  log: { level: LogLevel; requests: boolean };
+}
+
+const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
+  ({ type: 'integer', minimum, maximum, description }) as const;
+
+export const configSchema = {
+  $id: 'sovereign-config',
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    $schema: { type: 'string', description: 'Ignored; lets editors find a schema.' },
+    posture: { enum: POSTURES, description: 'Deployment posture: device, appliance, cloud or frontier.' },
+    region: {
+      type: 'string',
+      pattern: '^[a-z0-9][a-z0-9-]{0,62}$',
+      description: 'Region sent in X-Region on every response, for example sa-riyadh-1.',
+    },
+    listen: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        host: { type: 'string', minLength: 1, description: 'Address to bind.' },
+        port: positiveInt('TCP port to bind (0 picks a free port and logs it).', 0, 65535),
+      },
+    },
+    tls: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['cert', 'key'],
+      properties: {
+        cert: { type: 'string', minLength: 1, description: 'PEM certificate chain file for HTTPS.' },
+        key: { type: 'string', minLength: 1, description: 'PEM private key file for HTTPS.' },
+      },
+    },
+    dataDir: { type: 'string', minLength: 1, description: 'State directory (databases, audit log).' },
+    modelsDir: { type: 'string', minLength: 1, description: 'Directory holding model files.' },
+    manifest: { type: 'string', minLength: 1, description: 'Path of models-manifest.json.' },
+    limits: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        bodyBytes: positiveInt('Largest JSON request body accepted, in bytes.', 1024, 1024 * 1024 * 1024),
+        maxInFlight: positiveInt('Concurrent /v1 calls before new ones get 503 server_overloaded.', 1, 100000),
+        defaultRpm: positiveInt('Requests per minute for a key that has no limit of its own (cloud, frontier).'),
+        defaultTpm: positiveInt('Tokens per minute for a key that has no limit of its own (cloud, frontier).'),
+      },
+    },
+    timeouts: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        requestMs: positiveInt('Time allowed to receive a whole request, headers and body, in ms.', 1000),
+        keepAliveMs: positiveInt('Idle time before a keep-alive connection is closed, in ms.', 1000),
+        shutdownGraceMs: positiveInt('On SIGTERM, time allowed for in-flight calls to finish, in ms.', 100),
+      },
+    },
+    log: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        level: { enum: LOG_LEVELS, description: 'Log level.' },
+        requests: { type: 'boolean', description: 'Log one line per completed request.' },
+      },
+    },
+  },
+} as const;

@@ -1,0 +1,86 @@
+// The interface every engine adapter implements (llama.cpp, whisper.cpp, OpenAI-compatible upstreams). Every call
+// takes an AbortSignal: a client that goes away stops the work it started.
+
+export interface ChatMessage {
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  content: string;
+  name?: string;
+  toolCallId?: string;
+  toolCalls?: ToolCall[];
+}
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+export interface ToolDefinition {
+  name: string;
+  description?: string;
+  parameters?: Record<string, unknown>;
+}
+
+export interface ChatRequest {
+  messages: ChatMessage[];
+  temperature?: number;
+  topP?: number;
+  maxTokens?: number;
+  stop?: string[];
+  seed?: number;
+  responseFormat?: { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; schema: Record<string, unknown> };
+  tools?: ToolDefinition[];
+  toolChoice?: 'none' | 'auto' | 'required' | { name: string };
+}
+
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+}
+
+export interface ChatResult {
+  content: string;
+  toolCalls: ToolCall[];
+  finishReason: 'stop' | 'length' | 'tool_calls';
+  usage: Usage;
+}
+
+export interface ChatEngine {
+  /** Generates a reply; `onText` receives each piece of content as it is produced (for streaming). */
+  chat(modelId: string, request: ChatRequest, onText: (text: string) => void, signal: AbortSignal): Promise<ChatResult>;
+  /** Tokens the prompt of a request would take, for limits before the engine runs. */
+  countPromptTokens?(modelId: string, request: ChatRequest): number;
+}
+
+export interface EmbeddingResult {
+  vectors: Float32Array[];
+  promptTokens: number;
+}
+
+export interface EmbeddingEngine {
+  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult>;
+  /** Output width of the model, and whether `dimensions` may shorten it. */
+  dimensions(modelId: string): { size: number; shortenable: boolean };
+}
+
+/** Which engine serves each model id. */
+export class EngineRegistry {
+  private readonly chatEngines = new Map<string, ChatEngine>();
+  private readonly embeddingEngines = new Map<string, EmbeddingEngine>();
+
+  setChat(modelId: string, engine: ChatEngine): void {
+    this.chatEngines.set(modelId, engine);
+  }
+
+  setEmbeddings(modelId: string, engine: EmbeddingEngine): void {
+    this.embeddingEngines.set(modelId, engine);
+  }
+
+  chat(modelId: string): ChatEngine | undefined {
+    return this.chatEngines.get(modelId);
+  }
+
+  embeddings(modelId: string): EmbeddingEngine | undefined {
+    return this.embeddingEngines.get(modelId);
+  }
+}

@@ -1,0 +1,31 @@
+// The body of GET /v1/health: what an operator or a load balancer needs to know about this daemon.
+import type { Config } from '../config/index.js';
+import { isSovereign } from '../config/index.js';
+import type { ModelCatalog, Readiness } from '../models/index.js';
+
+export interface HealthReport {
+  status: 'ok' | 'degraded' | 'draining';
+  posture: Config['posture'];
+  region: string;
+  sovereign: boolean;
+  uptime_s: number;
+  models: Array<{ id: string; capability: string; readiness: Readiness; detail?: string }>;
+}
+
+export function healthReport(config: Config, catalog: ModelCatalog, state: { draining: boolean; startedAt: number }): HealthReport {
+  const models = catalog.all().map((m) => ({
+    id: m.id,
+    capability: m.capability,
+    readiness: m.readiness,
+    ...(m.detail ? { detail: m.detail } : {}),
+  }));
+  const degraded = models.some((m) => m.readiness === 'failed');
+  return {
+    status: state.draining ? 'draining' : degraded ? 'degraded' : 'ok',
+    posture: config.posture,
+    region: config.region,
+    sovereign: isSovereign(config.posture),
+    uptime_s: Math.floor((Date.now() - state.startedAt) / 1000),
+    models,
+  };
+}

@@ -1,0 +1,40 @@
+// What the pipeline learns about a call as it goes through the stages.
+import type { Principal } from '../auth/index.js';
+import type { KeyQuota } from '../limits/index.js';
+import type { Capability, ServedModel } from '../models/index.js';
+
+export interface CallContext {
+  /** Set by the authenticate stage on every /v1 route. */
+  principal: Principal | null;
+  /** Set on metered postures: the limits that apply to this key. */
+  quota: KeyQuota | null;
+  /** Set by the resolve-model stage for routes that name a model. */
+  model: ServedModel | null;
+  /** Tokens reserved against the key's token limit, settled when the call ends. */
+  reservedTokens: number;
+  /** Tokens the call really used, reported by the handler. */
+  usedTokens: number | null;
+}
+
+/** What a route declares about itself; the pipeline's stages read it. */
+export interface RouteDeclaration {
+  /** false only for routes outside /v1 that supervisors call without a key. */
+  auth: boolean;
+  /** The capability the body's `model` must have; the resolve-model stage enforces it. */
+  capability?: Capability;
+  /** Upper bound of the tokens a call may use, reserved before the engine runs (metered postures). */
+  tokens?: (body: unknown) => number;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    call: CallContext;
+  }
+  interface FastifyContextConfig {
+    declaration?: RouteDeclaration;
+  }
+}
+
+export function newCallContext(): CallContext {
+  return { principal: null, quota: null, model: null, reservedTokens: 0, usedTokens: null };
+}

@@ -1,0 +1,108 @@
+// Every error leaves in OpenAI's shape with the right status: ours (ApiError), fastify's (validation, body
+// parsing, media type), Node's HTTP parser's (malformed requests), and anything unexpected (500, no stack).
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { ApiError, MESSAGES } from '../errors/index.js';
+
+interface ValidationIssue {
+  instancePath: string;
+  keyword: string;
+  message?: string;
+  params: Record<string, unknown>;
+}
+
+/** `/messages/0/role` → `messages[0].role`, the form OpenAI uses in `param`. */
+function paramOf(issue: ValidationIssue): string | null {
+  const parts = issue.instancePath.split('/').filter(Boolean);
+  const missing = issue.params.missingProperty;
+  if (typeof missing === 'string') parts.push(missing);
+  if (!parts.length) return null;
+  return parts.reduce((acc, part) => (/^\d+$/.test(part) ? `${acc}[${part}]` : acc ? `${acc}.${part}` : part), '');
+}
+
+function validationMessage(issue: ValidationIssue, param: string | null): string {
+  const where = param ? `'${param}'` : 'the request body';
+  switch (issue.keyword) {
+    case 'required':
+      return `Missing required parameter ${where}.`;
+    case 'type':
+      return `Invalid type for ${where}: expected ${String(issue.params.type)}.`;
+    case 'enum':
+      return `Invalid value for ${where}: must be one of ${(issue.params.allowedValues as unknown[]).map(String).join(', ')}.`;
+    case 'additionalProperties':
+      return `Unrecognized parameter '${param ? `${param}.` : ''}${String(issue.params.additionalProperty)}'.`;
+    default:
+      return `Invalid value for ${where}: ${issue.message ?? 'not allowed'}.`;
+  }
+}
+
+export function toApiError(err: FastifyError & { validation?: ValidationIssue[] }, bodyLimit: number): ApiError {
+  if (err instanceof ApiError) return err;
+  if (Array.isArray(err.validation) && err.validation.length) {
+    const issue = err.validation[0]!;
+    const param = paramOf(issue);
+    return new ApiError('invalid_request_error', validationMessage(issue, param), { param });
+  }
+  switch (err.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new ApiError(
+        'payload_too_large',
+        `The request body is larger than the ${bodyLimit}-byte limit. Send less (the operator sets limits.bodyBytes).`,
+      );
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new ApiError('unsupported_media_type', "Unsupported Content-Type. Send the body as 'application/json'.");
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new ApiError('invalid_request_error', 'The request body is empty. Send a JSON object.');
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new ApiError('invalid_request_error', 'Content-Length does not match the body that was sent.');
+  }
+  if (err instanceof SyntaxError || err.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
+    return new ApiError('invalid_request_error', 'The request body is not valid JSON. Send a JSON object (check quoting and trailing commas).');
+  }
+  const status = err.statusCode ?? 500;
+  if (status >= 400 && status < 500) {
+    return new ApiError('invalid_request_error', err.message || 'The request could not be processed.');
+  }
+  return new ApiError('internal_error', MESSAGES.internal);
+}
+
+export function sendError(request: FastifyRequest, reply: FastifyReply, error: ApiError): FastifyReply {
+  if (error.status >= 500) request.log.error({ code: error.code }, 'request failed');
+  return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody());
+}
+
+/**
+ * Node's HTTP parser rejects some requests before fastify sees them (control characters in headers, bad request
+ * lines, header overflow, timeouts). They still get our headers and our error shape.
+ */
+export function writeClientError(
+  err: NodeJS.ErrnoException,
+  socket: Socket,
+  headers: Record<string, string>,
+): void {
+  if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  let status = 400;
+  let reason = 'Bad Request';
+  let message = 'Malformed HTTP request (bad request line or header). Check the header names and values your client sends.';
+  if (err.code === 'HPE_HEADER_OVERFLOW') {
+    status = 431;
+    reason = 'Request Header Fields Too Large';
+    message = 'The request headers are too large. Send smaller headers.';
+  } else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    status = 408;
+    reason = 'Request Timeout';
+    message = 'The request was not received in time. Send the whole request without pausing.';
+  }
+  const body = JSON.stringify(new ApiError('invalid_request_error', message).toBody());
+  const lines = [
+    `HTTP/1.1 ${status} ${reason}`,
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+  ];
+  socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
+}

@@ -1,0 +1,2 @@
+export { buildApp, type AppOptions } from './server.js';
+export type { DaemonState, PipelineDeps } from './pipeline.js';

@@ -1,0 +1,151 @@
+// The request pipeline, in order. Each stage is one fastify hook; the order here is the order a call meets them,
+// and docs/architecture.md draws the same list with the status each stage may return. Stages that do nothing on
+// this posture (metering on sealed postures) are left out, so those calls skip them entirely.
+//
+//   1. identify          every response   X-Region, X-Request-Id, X-Sovereign; 503 while draining
+//   2. admit             /v1              503 server_overloaded past limits.maxInFlight
+//   3. authenticate      /v1              401 invalid_api_key
+//   4. limit requests    /v1, metered     429 rate_limit_exceeded (requests)
+//      (fastify: parse body, validate against the route schema: 400, 413, 415)
+//   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
+//   6. limit tokens      metered          429 rate_limit_exceeded (tokens), reserved before the engine runs
+//   7. handler           the engine call
+//   8. settle tokens     metered          the reservation becomes the real usage
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { authenticate } from '../auth/index.js';
+import { isMetered, type Config } from '../config/index.js';
+import { ApiError, MESSAGES } from '../errors/index.js';
+import type { KeyRegistry } from '../keys/index.js';
+import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
+import type { EngineRegistry } from '../engines/index.js';
+import type { ModelCatalog } from '../models/index.js';
+import { newCallContext, type RouteDeclaration } from './context.js';
+
+export interface DaemonState {
+  draining: boolean;
+  startedAt: number;
+}
+
+export interface PipelineDeps {
+  config: Config;
+  keys: KeyRegistry;
+  limits: KeyLimits;
+  gate: InFlightGate;
+  catalog: ModelCatalog;
+  engines: EngineRegistry;
+  state: DaemonState;
+  /** X-Region and X-Sovereign, fixed for the life of the process. */
+  fixedHeaders: Record<string, string>;
+}
+
+type Hook = 'onRequest' | 'preHandler' | 'onResponse';
+
+export interface Stage {
+  name: string;
+  hook: Hook;
+  run: (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
+}
+
+function declarationOf(request: FastifyRequest): RouteDeclaration | undefined {
+  return request.routeOptions.config.declaration;
+}
+
+/** Stage 1, on every response including 404s and errors: outside /v1 as well. */
+export function identifyStage(deps: PipelineDeps): Stage {
+  return {
+    name: 'identify',
+    hook: 'onRequest',
+    async run(request, reply) {
+      request.call = newCallContext();
+      reply.headers(deps.fixedHeaders).header('x-request-id', request.id);
+      if (deps.state.draining) {
+        reply.header('connection', 'close');
+        throw new ApiError('server_overloaded', 'The daemon is shutting down. Retry in a few seconds.', {
+          headers: { 'retry-after': '2' },
+        });
+      }
+    },
+  };
+}
+
+function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
+  const principal = request.call.principal!;
+  return {
+    keyId: principal.keyId,
+    rpm: principal.rpm ?? config.limits.defaultRpm,
+    tpm: principal.tpm ?? config.limits.defaultTpm,
+  };
+}
+
+/** Stages 2 to 8, for the /v1 routes. */
+export function v1Stages(deps: PipelineDeps): Stage[] {
+  const metered = isMetered(deps.config.posture);
+  const stages: Array<Stage | false> = [
+    {
+      name: 'admit',
+      hook: 'onRequest',
+      async run(_request, reply) {
+        if (!deps.gate.tryEnter()) {
+          throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
+        }
+        // 'close' fires once whether the response finished or the client went away.
+        reply.raw.once('close', () => deps.gate.leave());
+      },
+    },
+    {
+      name: 'authenticate',
+      hook: 'onRequest',
+      async run(request) {
+        if (declarationOf(request)?.auth === false) return;
+        request.call.principal = authenticate(request.headers.authorization, deps.keys);
+      },
+    },
+    metered && {
+      name: 'limit requests',
+      hook: 'onRequest',
+      async run(request, reply) {
+        if (!request.call.principal) return;
+        const quota = quotaOf(request, deps.config);
+        request.call.quota = quota;
+        reply.headers(deps.limits.admitRequest(quota));
+      },
+    },
+    {
+      name: 'resolve model',
+      hook: 'preHandler',
+      async run(request) {
+        const capability = declarationOf(request)?.capability;
+        if (!capability) return;
+        request.call.model = deps.catalog.resolve((request.body as { model?: unknown } | undefined)?.model, capability);
+      },
+    },
+    metered && {
+      name: 'limit tokens',
+      hook: 'preHandler',
+      async run(request, reply) {
+        const estimate = declarationOf(request)?.tokens;
+        const quota = request.call.quota;
+        if (!estimate || !quota) return;
+        const tokens = Math.max(1, Math.ceil(estimate(request.body)));
+        reply.headers(deps.limits.reserveTokens(quota, tokens));
+        request.call.reservedTokens = tokens;
+      },
+    },
+    metered && {
+      name: 'settle tokens',
+      hook: 'onResponse',
+      async run(request, reply) {
+        const { quota, reservedTokens, usedTokens } = request.call;
+        if (!quota || reservedTokens === 0) return;
+        // A call that failed before the engine reported usage used nothing.
+        const used = usedTokens ?? (reply.statusCode >= 400 ? 0 : reservedTokens);
+        deps.limits.settleTokens(quota, reservedTokens, used);
+      },
+    },
+  ];
+  return stages.filter((s): s is Stage => s !== false);
+}
+
+export function registerStages(app: FastifyInstance, stages: Stage[]): void {
+  for (const stage of stages) app.addHook(stage.hook, stage.run);
+}

@@ -1,0 +1,190 @@
+// POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
+import { PassThrough } from 'node:stream';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ChatEngine, ChatMessage, ChatRequest, ChatResult } from '../../engines/index.js';
+import { ApiError } from '../../errors/index.js';
+import type { RouteDeclaration } from '../context.js';
+import type { PipelineDeps } from '../pipeline.js';
+import { abortOnDisconnect } from './abort.js';
+import { chatCompletionBody } from './schemas.js';
+
+type ContentPart = { type: string; text?: string };
+
+interface ChatBody {
+  model: string;
+  messages: Array<{
+    role: ChatMessage['role'];
+    content?: string | ContentPart[] | null;
+    name?: string;
+    tool_call_id?: string;
+    tool_calls?: Array<{ id: string; function: { name: string; arguments: string } }>;
+  }>;
+  temperature?: number;
+  top_p?: number;
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  stop?: string | string[] | null;
+  seed?: number;
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean } | null;
+  response_format?: { type: 'text' | 'json_object' | 'json_schema'; json_schema?: { name: string; schema?: Record<string, unknown> } };
+  tools?: Array<{ function: { name: string; description?: string; parameters?: Record<string, unknown> } }>;
+  tool_choice?: 'none' | 'auto' | 'required' | { function: { name: string } };
+}
+
+/** Default ceiling on generated tokens when the client sets none, for the token limit's reservation. */
+export const DEFAULT_MAX_TOKENS = 1024;
+
+function textOf(content: ChatBody['messages'][number]['content'], index: number): string {
+  if (content == null) return '';
+  if (typeof content === 'string') return content;
+  return content
+    .map((part, p) => {
+      if (part.type !== 'text' || typeof part.text !== 'string') {
+        throw new ApiError('invalid_request_error', `Only text content parts are supported; messages[${index}].content[${p}] is '${part.type}'.`, {
+          param: `messages[${index}].content[${p}].type`,
+        });
+      }
+      return part.text;
+    })
+    .join('');
+}
+
+export function toChatRequest(body: ChatBody): ChatRequest {
+  const request: ChatRequest = {
+    messages: body.messages.map((m, i) => ({
+      role: m.role,
+      content: textOf(m.content, i),
+      ...(m.name ? { name: m.name } : {}),
+      ...(m.tool_call_id ? { toolCallId: m.tool_call_id } : {}),
+      ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}),
+    })),
+  };
+  if (body.temperature !== undefined) request.temperature = body.temperature;
+  if (body.top_p !== undefined) request.topP = body.top_p;
+  const maxTokens = body.max_completion_tokens ?? body.max_tokens;
+  if (maxTokens !== undefined) request.maxTokens = maxTokens;
+  if (body.stop != null) request.stop = typeof body.stop === 'string' ? [body.stop] : body.stop;
+  if (body.seed !== undefined) request.seed = body.seed;
+  const format = body.response_format;
+  if (format?.type === 'json_object') request.responseFormat = { type: 'json_object' };
+  if (format?.type === 'json_schema') {
+    if (!format.json_schema?.schema) {
+      throw new ApiError('invalid_request_error', "response_format json_schema needs 'json_schema.schema'.", { param: 'response_format.json_schema.schema' });
+    }
+    request.responseFormat = { type: 'json_schema', schema: format.json_schema.schema };
+  }
+  if (body.tools?.length) {
+    request.tools = body.tools.map((t) => ({
+      name: t.function.name,
+      ...(t.function.description ? { description: t.function.description } : {}),
+      ...(t.function.parameters ? { parameters: t.function.parameters } : {}),
+    }));
+  }
+  if (body.tool_choice !== undefined) {
+    request.toolChoice = typeof body.tool_choice === 'string' ? body.tool_choice : { name: body.tool_choice.function.name };
+  }
+  return request;
+}
+
+/** Upper bound on a call's tokens before tokenizing: UTF-8 bytes bound the prompt's tokens from above. */
+function estimateTokens(raw: unknown): number {
+  const body = raw as ChatBody;
+  let bytes = 0;
+  for (const m of body.messages) bytes += Buffer.byteLength(typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? ''));
+  return bytes + (body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS);
+}
+
+function usageObject(result: ChatResult) {
+  const { promptTokens, completionTokens } = result.usage;
+  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+}
+
+function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
+  const modelId = request.call.model!.id;
+  const engine = deps.engines.chat(modelId);
+  if (!engine) throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, { headers: { 'retry-after': '5' } });
+  return { engine, modelId };
+}
+
+export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
+  const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens };
+  v1.post<{ Body: ChatBody }>('/chat/completions', { schema: { body: chatCompletionBody }, config: { declaration } }, async (request, reply) => {
+    const chatRequest = toChatRequest(request.body);
+    const { engine, modelId } = engineFor(deps, request);
+    const id = `chatcmpl-${request.id}`;
+    const created = Math.floor(Date.now() / 1000);
+    const signal = abortOnDisconnect(reply);
+    if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal });
+
+    const result = await engine.chat(modelId, chatRequest, () => {}, signal);
+    request.call.usedTokens = result.usage.promptTokens + result.usage.completionTokens;
+    return {
+      id,
+      object: 'chat.completion',
+      created,
+      model: modelId,
+      choices: [
+        {
+          index: 0,
+          message: {
+            role: 'assistant',
+            content: result.toolCalls.length ? null : result.content,
+            refusal: null,
+            ...(result.toolCalls.length
+              ? { tool_calls: result.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) }
+              : {}),
+          },
+          logprobs: null,
+          finish_reason: result.finishReason,
+        },
+      ],
+      usage: usageObject(result),
+    };
+  });
+}
+
+interface StreamArgs {
+  engine: ChatEngine;
+  modelId: string;
+  chatRequest: ChatRequest;
+  id: string;
+  created: number;
+  signal: AbortSignal;
+}
+
+function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): FastifyReply {
+  const { engine, modelId, chatRequest, id, created, signal } = args;
+  const out = new PassThrough();
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+    out.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
+
+  chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+  engine
+    .chat(modelId, chatRequest, (text) => chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]), signal)
+    .then((result) => {
+      request.call.usedTokens = result.usage.promptTokens + result.usage.completionTokens;
+      if (result.toolCalls.length) {
+        chunk([
+          {
+            index: 0,
+            delta: {
+              tool_calls: result.toolCalls.map((c, i) => ({ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+            },
+            logprobs: null,
+            finish_reason: null,
+          },
+        ]);
+      }
+      chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: result.finishReason }]);
+      if (request.body.stream_options?.include_usage) chunk([], { usage: usageObject(result) });
+    })
+    .catch((err: unknown) => {
+      if (signal.aborted) return;
+      const error = err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
+      if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
+      out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+    })
+    .finally(() => out.end('data: [DONE]\n\n'));
+  return reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').send(out);
+}

@@ -1,0 +1,67 @@
+// POST /v1/embeddings: OpenAI's shape; float or base64 (little-endian float32, as OpenAI encodes it).
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from '../../errors/index.js';
+import type { RouteDeclaration } from '../context.js';
+import type { PipelineDeps } from '../pipeline.js';
+import { abortOnDisconnect } from './abort.js';
+import { embeddingsBody } from './schemas.js';
+
+interface EmbeddingsBody {
+  model: string;
+  input: string | string[] | number[] | number[][];
+  encoding_format?: 'float' | 'base64';
+  dimensions?: number;
+}
+
+function inputsOf(input: EmbeddingsBody['input']): Array<string | number[]> {
+  if (typeof input === 'string') return [input];
+  if (input.length && typeof input[0] === 'number') return [input as number[]];
+  return input as Array<string | number[]>;
+}
+
+function estimateTokens(raw: unknown): number {
+  let total = 0;
+  for (const item of inputsOf((raw as EmbeddingsBody).input)) total += typeof item === 'string' ? Buffer.byteLength(item) : item.length;
+  return total;
+}
+
+/** Shortened embeddings are re-normalised to unit length, as OpenAI's are. */
+function shorten(vector: Float32Array, size: number): Float32Array {
+  const out = vector.slice(0, size);
+  let norm = 0;
+  for (const v of out) norm += v * v;
+  norm = Math.sqrt(norm);
+  if (norm > 0) for (let i = 0; i < out.length; i++) out[i] = out[i]! / norm;
+  return out;
+}
+
+export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps): void {
+  const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens };
+  v1.post<{ Body: EmbeddingsBody }>('/embeddings', { schema: { body: embeddingsBody }, config: { declaration } }, async (request, reply) => {
+    const modelId = request.call.model!.id;
+    const engine = deps.engines.embeddings(modelId);
+    if (!engine) throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, { headers: { 'retry-after': '5' } });
+    const { dimensions } = request.body;
+    if (dimensions !== undefined) {
+      const native = engine.dimensions(modelId);
+      if (!native.shortenable && dimensions !== native.size) {
+        throw new ApiError('invalid_request_error', `The model '${modelId}' only returns ${native.size} dimensions; omit 'dimensions' or set it to ${native.size}.`, { param: 'dimensions' });
+      }
+      if (dimensions > native.size) {
+        throw new ApiError('invalid_request_error', `'dimensions' must be at most ${native.size} for '${modelId}'.`, { param: 'dimensions' });
+      }
+    }
+    const result = await engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(reply));
+    request.call.usedTokens = result.promptTokens;
+    const base64 = request.body.encoding_format === 'base64';
+    return {
+      object: 'list',
+      data: result.vectors.map((vector, index) => {
+        const v = dimensions !== undefined && dimensions < vector.length ? shorten(vector, dimensions) : vector;
+        return { object: 'embedding', index, embedding: base64 ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') : Array.from(v) };
+      }),
+      model: modelId,
+      usage: { prompt_tokens: result.promptTokens, total_tokens: result.promptTokens },
+    };
+  });
+}

@@ -1,0 +1,134 @@
+// Request schemas for OpenAI-shaped endpoints. Unknown top-level parameters are accepted and ignored, as OpenAI's
+// SDKs add new ones often; the ones we honour are typed strictly so a wrong type is a 400, never a guess.
+
+const stringOrParts = {
+  anyOf: [
+    { type: 'string' },
+    {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['type'],
+        properties: { type: { type: 'string' }, text: { type: 'string' } },
+      },
+    },
+    { type: 'null' },
+  ],
+} as const;
+
+export const chatCompletionBody = {
+  type: 'object',
+  required: ['model', 'messages'],
+  properties: {
+    model: { type: 'string', minLength: 1, maxLength: 256 },
+    messages: {
+      type: 'array',
+      minItems: 1,
+      maxItems: 4096,
+      items: {
+        type: 'object',
+        required: ['role'],
+        properties: {
+          role: { enum: ['system', 'developer', 'user', 'assistant', 'tool'] },
+          content: stringOrParts,
+          name: { type: 'string', maxLength: 256 },
+          tool_call_id: { type: 'string' },
+          tool_calls: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['id', 'type', 'function'],
+              properties: {
+                id: { type: 'string' },
+                type: { const: 'function' },
+                function: {
+                  type: 'object',
+                  required: ['name', 'arguments'],
+                  properties: { name: { type: 'string' }, arguments: { type: 'string' } },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+    temperature: { type: 'number', minimum: 0, maximum: 2 },
+    top_p: { type: 'number', minimum: 0, maximum: 1 },
+    max_tokens: { type: 'integer', minimum: 1 },
+    max_completion_tokens: { type: 'integer', minimum: 1 },
+    stop: {
+      anyOf: [{ type: 'string' }, { type: 'array', maxItems: 4, items: { type: 'string' } }, { type: 'null' }],
+    },
+    seed: { type: 'integer' },
+    n: { type: 'integer', minimum: 1, maximum: 1 },
+    stream: { type: 'boolean' },
+    stream_options: {
+      anyOf: [{ type: 'object', properties: { include_usage: { type: 'boolean' } } }, { type: 'null' }],
+    },
+    presence_penalty: { type: 'number', minimum: -2, maximum: 2 },
+    frequency_penalty: { type: 'number', minimum: -2, maximum: 2 },
+    response_format: {
+      type: 'object',
+      required: ['type'],
+      properties: {
+        type: { enum: ['text', 'json_object', 'json_schema'] },
+        json_schema: {
+          type: 'object',
+          required: ['name'],
+          properties: { name: { type: 'string' }, schema: { type: 'object' }, strict: { type: ['boolean', 'null'] } },
+        },
+      },
+    },
+    tools: {
+      type: 'array',
+      maxItems: 128,
+      items: {
+        type: 'object',
+        required: ['type', 'function'],
+        properties: {
+          type: { const: 'function' },
+          function: {
+            type: 'object',
+            required: ['name'],
+            properties: {
+              name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' },
+              description: { type: 'string' },
+              parameters: { type: 'object' },
+            },
+          },
+        },
+      },
+    },
+    tool_choice: {
+      anyOf: [
+        { enum: ['none', 'auto', 'required'] },
+        { type: 'object', required: ['type', 'function'], properties: { function: { type: 'object', required: ['name'] } } },
+      ],
+    },
+    user: { type: 'string' },
+  },
+} as const;
+
+export const embeddingsBody = {
+  type: 'object',
+  required: ['model', 'input'],
+  properties: {
+    model: { type: 'string', minLength: 1, maxLength: 256 },
+    input: {
+      anyOf: [
+        { type: 'string' },
+        { type: 'array', minItems: 1, maxItems: 2048, items: { type: 'string' } },
+        { type: 'array', minItems: 1, maxItems: 2048, items: { type: 'integer', minimum: 0 } },
+        {
+          type: 'array',
+          minItems: 1,
+          maxItems: 2048,
+          items: { type: 'array', minItems: 1, items: { type: 'integer', minimum: 0 } },
+        },
+      ],
+    },
+    encoding_format: { enum: ['float', 'base64'] },
+    dimensions: { type: 'integer', minimum: 1 },
+    user: { type: 'string' },
+  },
+} as const;

@@ -1,0 +1,38 @@
+// Routes about the service itself: /healthz for supervisors, /v1/health and /v1/models for clients.
+import type { FastifyInstance } from 'fastify';
+import { isSovereign } from '../../config/index.js';
+import { ApiError } from '../../errors/index.js';
+import { healthReport } from '../../health/index.js';
+import type { ServedModel } from '../../models/index.js';
+import type { PipelineDeps } from '../pipeline.js';
+
+const AUTHENTICATED = { config: { declaration: { auth: true } } };
+
+/** Liveness for supervisors, outside /v1 and without a key: says nothing an outsider could use. */
+export function registerLivenessRoute(root: FastifyInstance, deps: PipelineDeps): void {
+  root.get('/healthz', async () => ({ status: deps.state.draining ? 'draining' : 'alive' }));
+}
+
+export function registerServiceRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
+  const sovereign = isSovereign(deps.config.posture);
+  const modelObject = (m: ServedModel) => ({
+    id: m.id,
+    object: 'model',
+    created: m.created,
+    owned_by: sovereign ? m.ownedBy : `${m.ownedBy} (non-sovereign)`,
+  });
+
+  v1.get('/health', AUTHENTICATED, async () => healthReport(deps.config, deps.catalog, deps.state));
+
+  v1.get('/models', AUTHENTICATED, async () => ({ object: 'list', data: deps.catalog.listed().map(modelObject) }));
+
+  v1.get<{ Params: { id: string } }>('/models/:id', AUTHENTICATED, async (request) => {
+    const model = deps.catalog.listed().find((m) => m.id === request.params.id);
+    if (!model) {
+      throw new ApiError('model_not_found', `The model '${request.params.id}' is not served here. GET /v1/models lists what is.`, {
+        param: 'model',
+      });
+    }
+    return modelObject(model);
+  });
+}

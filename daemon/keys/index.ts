@@ -1,0 +1,1 @@
+export { KeyRegistry, KeysError, type KeyRecord, type KeyView, type ProjectRecord } from './registry.js';

@@ -1,0 +1,220 @@
+// Projects and API keys, persisted in lmdb. Only hashes of secrets are stored; a secret exists in clear only in
+// the return value of create() and rotate(), which the caller shows once.
+import type { Database } from 'lmdb';
+import type { Store } from '../store/index.js';
+import { hashMatches, hashSecret, keyIdOf, newSecret, randomId, redact } from './secrets.js';
+
+export interface ProjectRecord {
+  id: string;
+  name: string;
+  createdAt: string;
+}
+
+export interface KeyRecord {
+  id: string;
+  projectId: string;
+  name?: string;
+  createdAt: string;
+  /** SHA-256 of the current secret. */
+  hash: Uint8Array;
+  /** Recognisable, unusable form of the current secret (prefix and last four characters). */
+  hint: string;
+  /** The secret replaced by the last rotation, accepted until `until` (ms since the epoch). */
+  previous?: { hash: Uint8Array; until: number };
+  rotatedAt?: string;
+  revokedAt?: string;
+  /** Own limits; absent means the configured default. */
+  rpm?: number;
+  tpm?: number;
+}
+
+/** What listings show of a key: never a hash. */
+export interface KeyView {
+  id: string;
+  project: string;
+  projectName: string;
+  name: string | null;
+  hint: string;
+  createdAt: string;
+  rotatedAt: string | null;
+  revokedAt: string | null;
+  graceUntil: string | null;
+  rpm: number | null;
+  tpm: number | null;
+  status: 'active' | 'revoked';
+}
+
+export class KeysError extends Error {
+  constructor(
+    readonly kind: 'not_found' | 'conflict' | 'invalid',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'KeysError';
+  }
+}
+
+const PROJECT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const MAX_GRACE_SECONDS = 7 * 24 * 3600;
+
+function checkLimit(name: string, value: number | undefined): void {
+  if (value === undefined) return;
+  if (!Number.isSafeInteger(value) || value < 1) throw new KeysError('invalid', `${name} must be a whole number ≥ 1`);
+}
+
+export class KeyRegistry {
+  private readonly projects: Database<ProjectRecord | string, string>;
+  private readonly keys: Database<KeyRecord, string>;
+
+  constructor(store: Store) {
+    this.projects = store.db<ProjectRecord | string>('projects');
+    this.keys = store.db<KeyRecord>('keys');
+  }
+
+  createProject(name: string): ProjectRecord {
+    if (!PROJECT_NAME.test(name)) {
+      throw new KeysError('invalid', `project name '${name}' must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit`);
+    }
+    return this.projects.transactionSync(() => {
+      if (this.projects.get(`name:${name}`) !== undefined) throw new KeysError('conflict', `project '${name}' already exists`);
+      const project: ProjectRecord = { id: randomId('proj'), name, createdAt: new Date().toISOString() };
+      this.projects.putSync(project.id, project);
+      this.projects.putSync(`name:${name}`, project.id);
+      return project;
+    });
+  }
+
+  listProjects(): ProjectRecord[] {
+    const out: ProjectRecord[] = [];
+    for (const { value } of this.projects.getRange({ start: 'proj_', end: 'proj`' })) out.push(value as ProjectRecord);
+    return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  }
+
+  /** A project by id or by name. */
+  findProject(ref: string): ProjectRecord | undefined {
+    const id = ref.startsWith('proj_') ? ref : this.projects.get(`name:${ref}`);
+    if (typeof id !== 'string') return undefined;
+    const project = this.projects.get(id);
+    return typeof project === 'object' ? project : undefined;
+  }
+
+  private requireProject(ref: string): ProjectRecord {
+    const project = this.findProject(ref);
+    if (!project) throw new KeysError('not_found', `no project '${ref}': create it with 'sovereign projects create ${ref}'`);
+    return project;
+  }
+
+  private requireKey(id: string): KeyRecord {
+    const key = this.keys.get(id);
+    if (!key) throw new KeysError('not_found', `no key '${id}': 'sovereign keys list' shows the keys`);
+    return key;
+  }
+
+  createKey(options: { project: string; name?: string; rpm?: number; tpm?: number }): { key: KeyView; secret: string } {
+    checkLimit('rpm', options.rpm);
+    checkLimit('tpm', options.tpm);
+    const project = this.requireProject(options.project);
+    const id = randomId('key');
+    const secret = newSecret(id);
+    const record: KeyRecord = {
+      id,
+      projectId: project.id,
+      createdAt: new Date().toISOString(),
+      hash: hashSecret(secret),
+      hint: redact(secret),
+      ...(options.name ? { name: options.name } : {}),
+      ...(options.rpm !== undefined ? { rpm: options.rpm } : {}),
+      ...(options.tpm !== undefined ? { tpm: options.tpm } : {}),
+    };
+    this.keys.putSync(id, record);
+    return { key: this.view(record), secret };
+  }
+
+  listKeys(options: { project?: string } = {}): KeyView[] {
+    const projectId = options.project ? this.requireProject(options.project).id : undefined;
+    const out: KeyView[] = [];
+    for (const { value } of this.keys.getRange()) if (!projectId || value.projectId === projectId) out.push(this.view(value));
+    return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  }
+
+  getKey(id: string): KeyView {
+    return this.view(this.requireKey(id));
+  }
+
+  /**
+   * New secret, same public id. The old secret stops working now, or after `graceSeconds`. A second rotation
+   * within a grace period ends the first one's grace: at most one old secret is ever accepted.
+   */
+  rotateKey(id: string, graceSeconds = 0): { key: KeyView; secret: string } {
+    if (!Number.isSafeInteger(graceSeconds) || graceSeconds < 0 || graceSeconds > MAX_GRACE_SECONDS) {
+      throw new KeysError('invalid', `grace must be a whole number of seconds from 0 to ${MAX_GRACE_SECONDS}`);
+    }
+    return this.keys.transactionSync(() => {
+      const record = this.requireKey(id);
+      if (record.revokedAt) throw new KeysError('conflict', `key '${id}' is revoked; create a new key instead`);
+      const secret = newSecret(id);
+      const next: KeyRecord = { ...record, hash: hashSecret(secret), hint: redact(secret), rotatedAt: new Date().toISOString() };
+      if (graceSeconds > 0) next.previous = { hash: record.hash, until: Date.now() + graceSeconds * 1000 };
+      else delete next.previous;
+      this.keys.putSync(id, next);
+      return { key: this.view(next), secret };
+    });
+  }
+
+  revokeKey(id: string): KeyView {
+    return this.keys.transactionSync(() => {
+      const record = this.requireKey(id);
+      if (record.revokedAt) return this.view(record);
+      const next: KeyRecord = { ...record, revokedAt: new Date().toISOString() };
+      delete next.previous;
+      this.keys.putSync(id, next);
+      return this.view(next);
+    });
+  }
+
+  setLimits(id: string, limits: { rpm?: number | null; tpm?: number | null }): KeyView {
+    checkLimit('rpm', limits.rpm ?? undefined);
+    checkLimit('tpm', limits.tpm ?? undefined);
+    return this.keys.transactionSync(() => {
+      const next: KeyRecord = { ...this.requireKey(id) };
+      for (const field of ['rpm', 'tpm'] as const) {
+        const value = limits[field];
+        if (value === null) delete next[field];
+        else if (value !== undefined) next[field] = value;
+      }
+      this.keys.putSync(id, next);
+      return this.view(next);
+    });
+  }
+
+  /** The active key a presented secret belongs to, or null. Reads lmdb each time so CLI changes apply at once. */
+  authenticate(secret: string, now = Date.now()): KeyRecord | null {
+    const id = keyIdOf(secret);
+    const presented = hashSecret(secret);
+    const record = id ? this.keys.get(id) : undefined;
+    const current = hashMatches(presented, record?.hash);
+    const previous = hashMatches(presented, record?.previous?.hash);
+    if (!record || record.revokedAt) return null;
+    if (current) return record;
+    if (previous && record.previous && record.previous.until > now) return record;
+    return null;
+  }
+
+  private view(record: KeyRecord): KeyView {
+    const project = this.projects.get(record.projectId);
+    return {
+      id: record.id,
+      project: record.projectId,
+      projectName: typeof project === 'object' ? project.name : record.projectId,
+      name: record.name ?? null,
+      hint: record.hint,
+      createdAt: record.createdAt,
+      rotatedAt: record.rotatedAt ?? null,
+      revokedAt: record.revokedAt ?? null,
+      graceUntil: record.previous && record.previous.until > Date.now() ? new Date(record.previous.until).toISOString() : null,
+      rpm: record.rpm ?? null,
+      tpm: record.tpm ?? null,
+      status: record.revokedAt ? 'revoked' : 'active',
+    };
+  }
+}

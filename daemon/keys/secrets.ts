@@ -1,0 +1,42 @@
+// Key material. A secret is `sk-sov-<idpart>-<43 base64url chars>`: the public id travels inside it so lookup is one
+// read, and 256 random bits make a fast hash (SHA-256) as safe to store as a slow KDF would be for a password.
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+
+const BASE32 = 'abcdefghijklmnopqrstuvwxyz234567';
+const ID_CHARS = 16;
+const SECRET_PREFIX = 'sk-sov-';
+const SECRET_SHAPE = /^sk-sov-([a-z2-7]{16})-([A-Za-z0-9_-]{43})$/;
+
+export function randomId(prefix: string): string {
+  const bytes = randomBytes(ID_CHARS);
+  let out = '';
+  for (const b of bytes) out += BASE32[b & 31];
+  return `${prefix}_${out}`;
+}
+
+export function newSecret(keyId: string): string {
+  return `${SECRET_PREFIX}${keyId.slice('key_'.length)}-${randomBytes(32).toString('base64url')}`;
+}
+
+export function hashSecret(secret: string): Buffer {
+  return createHash('sha256').update(secret, 'utf8').digest();
+}
+
+/** The public key id a presented secret claims, or null when it does not have our shape. */
+export function keyIdOf(secret: string): string | null {
+  const m = SECRET_SHAPE.exec(secret);
+  return m ? `key_${m[1]}` : null;
+}
+
+const ZERO = Buffer.alloc(32);
+
+/** Constant-time comparison of a presented secret's hash against a stored one (or a dummy when none exists). */
+export function hashMatches(presented: Buffer, stored: Uint8Array | undefined): boolean {
+  const against = stored && stored.length === 32 ? Buffer.from(stored) : ZERO;
+  return timingSafeEqual(presented, against) && against !== ZERO;
+}
+
+/** What can be shown of a secret in listings: enough to recognise it, not enough to use it. */
+export function redact(secret: string): string {
+  return `${secret.slice(0, SECRET_PREFIX.length + 4)}…${secret.slice(-4)}`;
+}

@@ -1,0 +1,57 @@
+// Generic cell rate algorithm: a limit of N per minute admits a burst of N, then one every 60/N seconds. One number
+// per bucket (the theoretical arrival time), so each decision is O(1), and because a decision is one synchronous
+// step on the event loop, concurrent requests cannot both take the last unit: the limit holds exactly.
+
+export interface Decision {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  /** Time until the bucket is full again, in ms. */
+  resetMs: number;
+  /** When refused: time until this cost would be admitted, in ms (Infinity if it never fits). */
+  retryAfterMs: number;
+}
+
+const PERIOD_MS = 60_000;
+const SWEEP_AT = 50_000;
+
+export class Gcra {
+  private readonly tat = new Map<string, number>();
+
+  /** Takes `cost` units from the bucket if they fit. */
+  consume(bucket: string, limit: number, cost: number, now = Date.now()): Decision {
+    const interval = PERIOD_MS / limit;
+    const tat = Math.max(this.tat.get(bucket) ?? now, now);
+    const next = tat + cost * interval;
+    const allowAt = next - PERIOD_MS;
+    if (cost > limit) return { allowed: false, limit, ...this.state(tat, now, interval), retryAfterMs: Infinity };
+    if (allowAt > now) return { allowed: false, limit, ...this.state(tat, now, interval), retryAfterMs: allowAt - now };
+    this.tat.set(bucket, next);
+    if (this.tat.size > SWEEP_AT) this.sweep(now);
+    return { allowed: true, limit, ...this.state(next, now, interval), retryAfterMs: 0 };
+  }
+
+  /** Gives units back (negative `delta`) or takes more (positive) after the real cost is known; never refuses. */
+  adjust(bucket: string, limit: number, delta: number, now = Date.now()): Decision {
+    const interval = PERIOD_MS / limit;
+    const next = Math.max(this.tat.get(bucket) ?? now, now) + delta * interval;
+    this.tat.set(bucket, Math.max(next, now));
+    return this.peek(bucket, limit, now);
+  }
+
+  peek(bucket: string, limit: number, now = Date.now()): Decision {
+    const interval = PERIOD_MS / limit;
+    const tat = Math.max(this.tat.get(bucket) ?? now, now);
+    return { allowed: true, limit, ...this.state(tat, now, interval), retryAfterMs: 0 };
+  }
+
+  private state(tat: number, now: number, interval: number): { remaining: number; resetMs: number } {
+    const remaining = Math.max(0, Math.floor((now + PERIOD_MS - tat) / interval + 1e-9));
+    return { remaining, resetMs: Math.max(0, tat - now) };
+  }
+
+  /** Buckets whose arrival time has passed are full; forgetting them changes nothing. */
+  private sweep(now: number): void {
+    for (const [bucket, tat] of this.tat) if (tat <= now) this.tat.delete(bucket);
+  }
+}

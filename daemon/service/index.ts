@@ -1,0 +1,93 @@
+// The composition root: opens the stores, builds the engines' registry and the HTTP app, listens, and drains on
+// close. Everything a running daemon holds is created here and released by close().
+import { readFileSync } from 'node:fs';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import { isSovereign, listenHost, usesTls, type Config } from '../config/index.js';
+import { EngineRegistry } from '../engines/index.js';
+import { buildApp, type DaemonState } from '../http/index.js';
+import { KeyRegistry } from '../keys/index.js';
+import { InFlightGate, KeyLimits } from '../limits/index.js';
+import { loggerOptions } from '../log/index.js';
+import { ModelCatalog } from '../models/index.js';
+import { openStore } from '../store/index.js';
+
+export interface Daemon {
+  /** Base URL clients use, e.g. http://127.0.0.1:8443/v1. */
+  readonly url: string;
+  readonly app: FastifyInstance;
+  /** Stops accepting calls, lets in-flight ones finish (up to timeouts.shutdownGraceMs), then releases everything. */
+  close(): Promise<{ drained: boolean }>;
+}
+
+function readTls(config: Config): { cert: Buffer; key: Buffer } | undefined {
+  if (!usesTls(config.posture)) return undefined;
+  if (!config.tls) throw new Error(`the ${config.posture} posture needs tls.cert and tls.key`);
+  const read = (what: 'cert' | 'key') => {
+    const path = config.tls![what];
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new Error(`cannot read tls.${what} '${path}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  };
+  return { cert: read('cert'), key: read('key') };
+}
+
+export async function startDaemon(config: Config, logger: FastifyServerOptions['logger'] = loggerOptions(config.log.level)): Promise<Daemon> {
+  const https = readTls(config);
+  const store = openStore(config.dataDir);
+  const state: DaemonState = { draining: false, startedAt: Date.now() };
+  const app = buildApp(
+    {
+      config,
+      keys: new KeyRegistry(store),
+      limits: new KeyLimits(),
+      gate: new InFlightGate(config.limits.maxInFlight),
+      catalog: new ModelCatalog(),
+      engines: new EngineRegistry(),
+      state,
+      fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
+    },
+    { logger, ...(https ? { https } : {}) },
+  );
+
+  try {
+    await app.listen({ host: listenHost(config), port: config.listen.port });
+  } catch (err) {
+    await app.close();
+    await store.close();
+    throw err;
+  }
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.listen.port;
+  const host = listenHost(config).includes(':') ? `[${listenHost(config)}]` : listenHost(config);
+  const url = `${https ? 'https' : 'http'}://${host}:${port}/v1`;
+  app.log.info({ posture: config.posture, region: config.region, url, dataDir: config.dataDir }, 'sovereign is serving');
+
+  let closing: Promise<{ drained: boolean }> | undefined;
+  return {
+    url,
+    app,
+    close() {
+      closing ??= (async () => {
+        state.draining = true;
+        let timer: NodeJS.Timeout | undefined;
+        const graceOver = new Promise<'timeout'>((resolve) => {
+          timer = setTimeout(() => resolve('timeout'), config.timeouts.shutdownGraceMs);
+        });
+        const closed = app.close().then(() => 'closed' as const);
+        const outcome = await Promise.race([closed, graceOver]);
+        clearTimeout(timer);
+        if (outcome === 'timeout') {
+          app.log.warn({ graceMs: config.timeouts.shutdownGraceMs }, 'in-flight calls did not finish within the grace period; closing them');
+          app.server.closeAllConnections();
+          await closed;
+        }
+        await store.close();
+        app.log.info('sovereign stopped');
+        return { drained: outcome === 'closed' };
+      })();
+      return closing;
+    },
+  };
+}

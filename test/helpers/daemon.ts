@@ -1,0 +1,103 @@
+// Runs the real CLI and the real daemon as child processes, the way an operator does.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export const ROOT = resolve(import.meta.dirname, '..', '..');
+export const BIN = join(ROOT, 'bin', 'sovereign');
+
+export function tempDir(t: { teardown: (fn: () => void) => void }, prefix = 'sov-test-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  json: any;
+}
+
+export function cli(args: string[], env: NodeJS.ProcessEnv = {}): CliResult {
+  const r = spawnSync(BIN, args, { encoding: 'utf8', env: { ...cleanEnv(), ...env }, timeout: 30_000 });
+  let json: unknown;
+  try {
+    json = JSON.parse(r.stdout);
+  } catch {
+    json = undefined;
+  }
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr, json };
+}
+
+/** The test runner's environment without any SOVEREIGN_* that could leak in from the developer's shell. */
+function cleanEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  // NODE_OPTIONS carries the test runner's loaders, which the daemon must not run under.
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('SOVEREIGN_') && k !== 'NODE_OPTIONS') env[k] = v;
+  return env;
+}
+
+export interface RunningDaemon {
+  url: string;
+  /** Base URL for the OpenAI SDK: `${origin}/v1`. */
+  baseURL: string;
+  origin: string;
+  proc: ChildProcess;
+  logs: string[];
+  /** Sends SIGTERM and resolves with the exit code. */
+  stop(): Promise<number | null>;
+  exited: Promise<number | null>;
+}
+
+export async function startDaemon(
+  t: { teardown: (fn: () => void | Promise<void>) => void },
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<RunningDaemon> {
+  const proc = spawn(BIN, ['serve', '--port', '0', ...args], {
+    env: { ...cleanEnv(), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: string[] = [];
+  const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
+  const url = await new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`daemon did not start:\n${logs.join('\n')}`)), 20_000);
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      logs.push(line);
+      try {
+        const entry = JSON.parse(line) as { msg?: string; url?: string };
+        if (entry.msg === 'sovereign is serving' && entry.url) {
+          clearTimeout(timer);
+          res(entry.url);
+        }
+      } catch {
+        /* not a log line */
+      }
+    });
+    createInterface({ input: proc.stderr! }).on('line', (line) => logs.push(line));
+    void exited.then((code) => {
+      clearTimeout(timer);
+      rej(new Error(`daemon exited with ${code}:\n${logs.join('\n')}`));
+    });
+  });
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+    return exited;
+  };
+  t.teardown(async () => {
+    await stop();
+  });
+  const origin = url.replace(/\/v1$/, '');
+  return { url, baseURL: url, origin, proc, logs, stop, exited };
+}
+
+/** A project and an active key in a data dir; returns the key's id and secret. */
+export function createKey(dataDir: string, project = 'acme', extra: string[] = []): { id: string; secret: string } {
+  cli(['projects', 'create', project, '--data-dir', dataDir]);
+  const r = cli(['keys', 'create', '--project', project, '--data-dir', dataDir, '--json', ...extra]);
+  if (r.code !== 0) throw new Error(`keys create failed: ${r.stderr}`);
+  return { id: r.json.id, secret: r.json.secret };
+}
