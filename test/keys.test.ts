@@ -1,0 +1,130 @@
+// Keys and projects through the CLI, and their effect on a running daemon (no restart).
+import t from 'tap';
+import OpenAI from 'openai';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
+
+const dataDir = tempDir(t);
+const d = ['--data-dir', dataDir];
+
+t.test('projects create and list, with --json; duplicates and bad names refused', async (t) => {
+  const created = cli(['projects', 'create', 'ministry', ...d, '--json']);
+  t.equal(created.code, 0, created.stderr);
+  t.match(created.json, { id: /^proj_/, name: 'ministry' });
+  const dup = cli(['projects', 'create', 'ministry', ...d]);
+  t.equal(dup.code, 1);
+  t.match(dup.stderr, /already exists/);
+  const bad = cli(['projects', 'create', 'no spaces!', ...d]);
+  t.equal(bad.code, 1);
+  t.match(bad.stderr, /project name/);
+  const list = cli(['projects', 'list', ...d, '--json']);
+  t.same(list.json.map((p: { name: string }) => p.name), ['ministry']);
+  t.match(cli(['projects', 'list', ...d]).stdout, /ministry/);
+});
+
+t.test('keys create prints the secret once; list never shows it or its hash', async (t) => {
+  const r = cli(['keys', 'create', '--project', 'ministry', '--rpm', '30', ...d, '--json']);
+  t.equal(r.code, 0, r.stderr);
+  t.match(r.json, { id: /^key_[a-z2-7]{16}$/, projectName: 'ministry', rpm: 30, status: 'active' });
+  t.match(r.json.secret, /^sk-sov-[a-z2-7]{16}-[A-Za-z0-9_-]{43}$/);
+  const text = cli(['keys', 'create', '--project', 'ministry', ...d]);
+  t.match(text.stdout, /shown once/);
+  const list = cli(['keys', 'list', ...d, '--json']);
+  t.equal(list.json.length, 2);
+  const dump = JSON.stringify(list.json) + cli(['keys', 'list', ...d]).stdout;
+  t.notMatch(dump, r.json.secret, 'no secret in listings');
+  t.notMatch(dump, /hash/, 'no hash in listings');
+  t.notMatch(dump, r.json.secret.slice(-20), 'not even a long part of the secret');
+});
+
+t.test('keys create for a missing project says how to create it', async (t) => {
+  const r = cli(['keys', 'create', '--project', 'nope', ...d]);
+  t.equal(r.code, 1);
+  t.match(r.stderr, /projects create nope/);
+});
+
+t.test('every command has --help; usage errors exit 2', async (t) => {
+  for (const args of [['--help'], ['serve', '--help'], ['keys', '--help'], ['projects', '--help'], ['config', '--help']]) {
+    const r = cli(args);
+    t.equal(r.code, 0, `${args.join(' ')} exits 0`);
+    t.match(r.stdout, /Usage: sovereign/, `${args.join(' ')} prints usage`);
+  }
+  t.equal(cli(['frobnicate']).code, 2);
+  t.equal(cli(['keys', 'create', '--bogus', ...d]).code, 2);
+  t.equal(cli(['keys', 'create', '--project', 'ministry', '--rpm', 'lots', ...d]).code, 2);
+  const json = cli(['keys', 'rotate', 'key_doesnotexist00', ...d, '--json']);
+  t.equal(json.code, 1);
+  t.match(json.json, { error: { kind: 'not_found' } });
+});
+
+t.test('rotate and revoke act on a running daemon within a second, and touch no other key', async (t) => {
+  const a = createKey(dataDir, 'ministry');
+  const b = createKey(dataDir, 'ministry');
+  const c = createKey(dataDir, 'ministry');
+  const daemon = await startDaemon(t, d);
+  const status = async (secret: string) =>
+    (await request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } })).status;
+  /** Polls for up to one second: the change must show within that. */
+  const within1s = async (secret: string, expected: number) => {
+    const until = Date.now() + 1000;
+    let s = await status(secret);
+    while (s !== expected && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 50));
+      s = await status(secret);
+    }
+    return s;
+  };
+  t.equal(await status(a.secret), 200);
+
+  const rotated = cli(['keys', 'rotate', a.id, ...d, '--json']);
+  t.equal(rotated.code, 0, rotated.stderr);
+  t.equal(rotated.json.id, a.id, 'same public id');
+  t.not(rotated.json.secret, a.secret);
+  t.equal(await within1s(a.secret, 401), 401, 'the old secret stops working');
+  t.equal(await status(rotated.json.secret), 200, 'the new one works');
+
+  const graced = cli(['keys', 'rotate', b.id, '--grace', '30', ...d, '--json']);
+  t.equal(graced.code, 0);
+  t.ok(graced.json.graceUntil, 'listing shows the grace period');
+  t.equal(await status(b.secret), 200, 'the old secret still works during the grace period');
+  t.equal(await within1s(graced.json.secret, 200), 200, 'and so does the new one');
+  const again = cli(['keys', 'rotate', b.id, ...d, '--json']);
+  t.equal(await within1s(b.secret, 401), 401, 'a second rotation ends the first grace');
+  t.equal(await within1s(graced.json.secret, 401), 401, 'without grace the previous secret stops at once');
+  t.equal(await status(again.json.secret), 200);
+
+  t.equal(cli(['keys', 'revoke', c.id, ...d]).code, 0);
+  t.equal(await within1s(c.secret, 401), 401, 'a revoked key stops working');
+  t.equal(await status(rotated.json.secret), 200, 'other keys are untouched');
+  t.equal(await status(again.json.secret), 200, 'other keys are untouched');
+  t.equal(cli(['keys', 'rotate', c.id, ...d]).code, 1, 'a revoked key cannot be rotated back to life');
+
+  const sdk = new OpenAI({ apiKey: c.secret, baseURL: daemon.baseURL, maxRetries: 0 });
+  const err = await sdk.models.list().catch((e) => e);
+  t.ok(err instanceof OpenAI.AuthenticationError, 'the SDK sees a 401');
+  t.equal(err.code, 'invalid_api_key');
+});
+
+t.test('bad keys are 401 invalid_api_key, never anything else', async (t) => {
+  const daemon = await startDaemon(t, d);
+  const { secret } = createKey(dataDir, 'ministry');
+  const cases: Array<[string, string | undefined]> = [
+    ['missing', undefined],
+    ['empty bearer', 'Bearer '],
+    ['wrong scheme', `Basic ${secret}`],
+    ['unknown key of the right shape', `Bearer sk-sov-aaaaaaaaaaaaaaaa-${'A'.repeat(43)}`],
+    ['right id, wrong secret', `Bearer ${secret.slice(0, -1)}${secret.endsWith('A') ? 'B' : 'A'}`],
+    ['truncated', `Bearer ${secret.slice(0, 30)}`],
+    ['odd characters', 'Bearer sk-sov-"\'<>%00;DROP TABLE keys;--'],
+    ['latin-1 bytes', 'Bearer sk-sov-\u00e9\u00ff\u00a0'],
+    ['very long', `Bearer ${'x'.repeat(6000)}`],
+    ['two tokens', `Bearer ${secret} ${secret}`],
+  ];
+  for (const [name, header] of cases) {
+    const r = await request(`${daemon.baseURL}/models`, { headers: header === undefined ? {} : { authorization: header } });
+    t.equal(r.status, 401, name);
+    t.equal(r.json?.error?.code, 'invalid_api_key', name);
+    t.ok(r.headers['x-request-id'], `${name}: x-request-id`);
+  }
+  t.equal((await request(`${daemon.baseURL}/models`, { headers: { authorization: `bearer  ${secret}` } })).status, 200, 'scheme is case-insensitive');
+});

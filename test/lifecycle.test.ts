@@ -1,0 +1,77 @@
+// Starting and stopping: the appliance posture's certificate rule, and SIGTERM with calls in flight.
+import http from 'node:http';
+import t from 'tap';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
+import { selfSignedCert } from './helpers/tls.js';
+
+const dataDir = tempDir(t);
+
+t.test('appliance refuses to start without a certificate', async (t) => {
+  const r = cli(['serve', '--posture', 'appliance', '--host', '127.0.0.1', '--port', '0', '--data-dir', dataDir]);
+  t.equal(r.code, 1);
+  t.match(r.stderr, /appliance posture serves HTTPS only: set 'tls\.cert' and 'tls\.key'/);
+  const missing = cli(['serve', '--posture', 'appliance', '--host', '127.0.0.1', '--port', '0', '--data-dir', dataDir], {
+    SOVEREIGN_TLS_CERT: `${dataDir}/absent.pem`,
+    SOVEREIGN_TLS_KEY: `${dataDir}/absent.key`,
+  });
+  t.equal(missing.code, 1);
+  t.match(missing.stderr, /cannot read tls\.cert/);
+});
+
+t.test('appliance serves HTTPS with the operator certificate', async (t) => {
+  const tls = selfSignedCert(dataDir);
+  const { secret } = createKey(dataDir);
+  const daemon = await startDaemon(t, ['--posture', 'appliance', '--host', '127.0.0.1', '--data-dir', dataDir], {
+    SOVEREIGN_TLS_CERT: tls.cert,
+    SOVEREIGN_TLS_KEY: tls.key,
+  });
+  t.match(daemon.baseURL, /^https:\/\/127\.0\.0\.1:\d+\/v1$/);
+  const r = await request(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${secret}` }, ca: tls.ca });
+  t.equal(r.status, 200);
+  t.match(r.json, { posture: 'appliance', sovereign: true });
+});
+
+t.test('SIGTERM lets in-flight calls finish, refuses new ones, then exits 0', async (t) => {
+  const { secret } = createKey(dataDir, 'drain');
+  const daemon = await startDaemon(t, ['--data-dir', dataDir]);
+  const url = new URL(`${daemon.baseURL}/chat/completions`);
+  const body = JSON.stringify({ model: 'not-served', messages: [{ role: 'user', content: 'x'.repeat(1000) }] });
+
+  // Three calls whose bodies are only half sent when the signal arrives.
+  const inFlight = Array.from({ length: 3 }, () => {
+    let req!: http.ClientRequest;
+    const done = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      req = http.request(url, {
+        method: 'POST',
+        agent: false,
+        headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      }, (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+      });
+      req.on('error', reject);
+    });
+    req.write(body.slice(0, 500));
+    return { req, done };
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  daemon.proc.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 300));
+
+  const refused = await request(`${daemon.origin}/healthz`).then(
+    (r) => r.status,
+    (err: NodeJS.ErrnoException) => err.code,
+  );
+  t.equal(refused, 'ECONNREFUSED', 'no new connections once draining');
+
+  for (const { req } of inFlight) req.end(body.slice(500));
+  const replies = await Promise.all(inFlight.map((c) => c.done));
+  for (const reply of replies) {
+    t.equal(reply.status, 404, 'the in-flight call got its full answer');
+    t.equal(JSON.parse(reply.body).error.code, 'model_not_found');
+  }
+  t.equal(await daemon.exited, 0, 'exit code 0');
+  t.match(daemon.logs.join('\n'), /sovereign stopped/);
+});

@@ -1,0 +1,101 @@
+// The HTTP layer's streaming path: SSE framing, [DONE], include_usage, and our headers on a streamed response.
+// The engine here is a scripted stand-in implementing the ChatEngine interface, because this test is about the
+// HTTP layer only; the real llama.cpp engine has its own tests that run it for real.
+import t from 'tap';
+import OpenAI from 'openai';
+import { loadConfig } from '../daemon/config/index.js';
+import { EngineRegistry, type ChatEngine } from '../daemon/engines/index.js';
+import { buildApp } from '../daemon/http/index.js';
+import { KeyRegistry } from '../daemon/keys/index.js';
+import { InFlightGate, KeyLimits } from '../daemon/limits/index.js';
+import { ModelCatalog } from '../daemon/models/index.js';
+import { openStore } from '../daemon/store/index.js';
+import { tempDir } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
+
+/** Replies with the last user message, one word per piece, and counts words as tokens. */
+const scripted: ChatEngine = {
+  async chat(_model, req, onText, signal) {
+    const words = (req.messages.at(-1)?.content ?? '').split(' ');
+    for (const [i, w] of words.entries()) {
+      if (signal.aborted) throw new Error('aborted');
+      onText(i ? ` ${w}` : w);
+      await new Promise((r) => setImmediate(r));
+    }
+    return { content: words.join(' '), toolCalls: [], finishReason: 'stop', usage: { promptTokens: words.length, completionTokens: words.length } };
+  },
+};
+
+for (const posture of ['device', 'cloud'] as const) {
+  t.test(`${posture}: a streamed chat completion`, async (t) => {
+    const dataDir = tempDir(t);
+    const env = posture === 'cloud' ? { SOVEREIGN_TLS_CERT: '/unused', SOVEREIGN_TLS_KEY: '/unused' } : {};
+    const { config } = loadConfig({ dataDir, posture, region: 'sa-dammam-1', ...(posture === 'cloud' ? { host: '127.0.0.1' } : {}) }, env);
+    const store = openStore(dataDir);
+    const keys = new KeyRegistry(store);
+    keys.createProject('p');
+    const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
+    const engines = new EngineRegistry();
+    engines.setChat('scripted', scripted);
+    const app = buildApp(
+      {
+        config,
+        keys,
+        limits: new KeyLimits(),
+        gate: new InFlightGate(10),
+        catalog: new ModelCatalog([{ id: 'scripted', capability: 'chat', ownedBy: 'test', created: 0, readiness: 'ready' }]),
+        engines,
+        state: { draining: false, startedAt: Date.now() },
+        fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': 'true' },
+      },
+      { logger: false },
+    );
+    // Plain HTTP on loopback even for the cloud posture: this test is about the pipeline, not TLS.
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    t.teardown(async () => {
+      await app.close();
+      await store.close();
+    });
+    const address = app.server.address() as { port: number };
+    const baseURL = `http://127.0.0.1:${address.port}/v1`;
+
+    const client = new OpenAI({ apiKey: secret, baseURL, maxRetries: 0 });
+    const { data: stream, response } = await client.chat.completions
+      .create({ model: 'scripted', messages: [{ role: 'user', content: 'salam from the other side' }], stream: true, stream_options: { include_usage: true } })
+      .withResponse();
+    t.equal(response.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+    t.equal(response.headers.get('x-region'), 'sa-dammam-1');
+    t.equal(response.headers.get('x-sovereign'), 'true');
+    t.match(response.headers.get('x-request-id'), /^req_/);
+    if (posture === 'cloud') {
+      t.equal(response.headers.get('x-ratelimit-limit-requests'), '100');
+      t.equal(response.headers.get('x-ratelimit-limit-tokens'), '10000');
+    } else t.equal(response.headers.get('x-ratelimit-limit-requests'), null);
+
+    let text = '';
+    let usage: OpenAI.CompletionUsage | undefined;
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      t.equal(chunk.object, 'chat.completion.chunk');
+      text += chunk.choices[0]?.delta.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      usage = chunk.usage ?? usage;
+    }
+    t.equal(text, 'salam from the other side');
+    t.equal(finish, 'stop');
+    t.same(usage, { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 });
+
+    const raw = await request(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'scripted', messages: [{ role: 'user', content: 'a b' }], stream: true }),
+    });
+    t.match(raw.text, /^data: \{.*\n\n/);
+    t.ok(raw.text.endsWith('data: [DONE]\n\n'), 'ends with [DONE]');
+    t.notMatch(raw.text, /"usage"/, 'no usage chunk unless asked');
+
+    const buffered = await client.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: 'one two' }] });
+    t.equal(buffered.choices[0]?.message.content, 'one two');
+    t.same(buffered.usage, { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 });
+  });
+}
