@@ -75,3 +75,39 @@ t.test('SIGTERM lets in-flight calls finish, refuses new ones, then exits 0', as
   t.equal(await daemon.exited, 0, 'exit code 0');
   t.match(daemon.logs.join('\n'), /sovereign stopped/);
 });
+
+t.test('past limits.maxInFlight a call gets 503 server_overloaded with Retry-After, and capacity comes back', async (t) => {
+  const { secret } = createKey(dataDir, 'ceiling');
+  const configFile = `${dataDir}/ceiling.json`;
+  (await import('node:fs')).writeFileSync(configFile, JSON.stringify({ limits: { maxInFlight: 2 } }));
+  const daemon = await startDaemon(t, ['--config', configFile, '--data-dir', dataDir]);
+  const url = new URL(`${daemon.baseURL}/chat/completions`);
+  const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] });
+  // Two calls held open by half-sent bodies fill the ceiling.
+  const held = Array.from({ length: 2 }, () => {
+    const req = http.request(url, {
+      method: 'POST',
+      agent: false,
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    });
+    const done = new Promise<number>((resolve, reject) => {
+      req.on('response', (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+    });
+    req.write(body.slice(0, 5));
+    return { req, done };
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const refused = await request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
+  t.equal(refused.status, 503);
+  t.equal(refused.json.error.code, 'server_overloaded');
+  t.match(refused.headers['retry-after'], /^\d+$/);
+  t.ok(refused.headers['x-request-id']);
+  for (const { req } of held) req.end(body.slice(5));
+  t.same(await Promise.all(held.map((h) => h.done)), [404, 404], 'the held calls finish normally');
+  const after = await request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
+  t.equal(after.status, 200, 'capacity is released when calls end');
+});
