@@ -1,6 +1,6 @@
 // Bad input never crashes the server or gets a 5xx: every case gets OpenAI's error shape, the right status and
 // our headers. Raw HTTP, because the SDK would refuse to send most of this.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { ID_HEADERS, parseRawHeaders, rawExchange, request, type RawResponse } from './helpers/http.js';
 
@@ -11,7 +11,7 @@ const auth = { authorization: `Bearer ${secret}` };
 const json = { ...auth, 'content-type': 'application/json' };
 const chat = `${daemon.baseURL}/chat/completions`;
 
-function expectError(t: Tap.Test, r: { status: number; headers: Record<string, unknown>; json?: any }, status: number, code: string) {
+function expectError(t: Test, r: { status: number; headers: Record<string, unknown>; json?: any }, status: number, code: string) {
   t.equal(r.status, status, `status ${status}`);
   t.equal(r.json?.error?.code, code, `code ${code}`);
   t.type(r.json?.error?.message, 'string');
@@ -23,30 +23,111 @@ function expectError(t: Tap.Test, r: { status: number; headers: Record<string, u
   t.notMatch(JSON.stringify(r.json), /node_modules|at [A-Za-z]+ \(|\.js:\d+/, 'no stack trace');
 }
 
-declare namespace Tap {
-  type Test = typeof t;
-}
-
 const cases: Array<[string, () => Promise<RawResponse>, number, string]> = [
-  ['malformed JSON', () => request(chat, { method: 'POST', headers: json, body: '{"model": "m", "messages": [' }), 400, 'invalid_request_error'],
+  [
+    'malformed JSON',
+    () => request(chat, { method: 'POST', headers: json, body: '{"model": "m", "messages": [' }),
+    400,
+    'invalid_request_error',
+  ],
   ['trailing garbage', () => request(chat, { method: 'POST', headers: json, body: '{"model":"m"} x' }), 400, 'invalid_request_error'],
   ['empty body', () => request(chat, { method: 'POST', headers: json, body: '' }), 400, 'invalid_request_error'],
   ['JSON array instead of object', () => request(chat, { method: 'POST', headers: json, body: '[]' }), 400, 'invalid_request_error'],
-  ['wrong type for temperature', () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], temperature: '0.5' }) }), 400, 'invalid_request_error'],
-  ['messages not an array', () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'm', messages: 'hello' }) }), 400, 'invalid_request_error'],
-  ['missing messages', () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'm' }) }), 400, 'invalid_request_error'],
-  ['n above 1', () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], n: 3 }) }), 400, 'invalid_request_error'],
-  ['prototype poisoning', () => request(chat, { method: 'POST', headers: json, body: '{"model":"m","messages":[],"__proto__":{"admin":true}}' }), 400, 'invalid_request_error'],
-  ['invalid UTF-8', () => request(chat, { method: 'POST', headers: json, body: Buffer.concat([Buffer.from('{"model":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('","messages":[]}')]) }), 400, 'invalid_request_error'],
-  ['10 MB body', () => request(chat, { method: 'POST', headers: json, body: `{"model":"m","messages":[{"role":"user","content":"${'a'.repeat(10 * 1024 * 1024)}"}]}` }), 413, 'payload_too_large'],
-  ['text/plain body', () => request(chat, { method: 'POST', headers: { ...auth, 'content-type': 'text/plain' }, body: 'hello' }), 415, 'unsupported_media_type'],
-  ['form body', () => request(chat, { method: 'POST', headers: { ...auth, 'content-type': 'application/x-www-form-urlencoded' }, body: 'a=b' }), 415, 'unsupported_media_type'],
+  [
+    'wrong type for temperature',
+    () =>
+      request(chat, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], temperature: '0.5' }),
+      }),
+    400,
+    'invalid_request_error',
+  ],
+  [
+    'messages not an array',
+    () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'm', messages: 'hello' }) }),
+    400,
+    'invalid_request_error',
+  ],
+  [
+    'missing messages',
+    () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'm' }) }),
+    400,
+    'invalid_request_error',
+  ],
+  [
+    'n above 1',
+    () =>
+      request(chat, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], n: 3 }),
+      }),
+    400,
+    'invalid_request_error',
+  ],
+  [
+    'prototype poisoning',
+    () => request(chat, { method: 'POST', headers: json, body: '{"model":"m","messages":[],"__proto__":{"admin":true}}' }),
+    400,
+    'invalid_request_error',
+  ],
+  [
+    'invalid UTF-8',
+    () =>
+      request(chat, {
+        method: 'POST',
+        headers: json,
+        body: Buffer.concat([Buffer.from('{"model":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('","messages":[]}')]),
+      }),
+    400,
+    'invalid_request_error',
+  ],
+  [
+    '10 MB body',
+    () =>
+      request(chat, {
+        method: 'POST',
+        headers: json,
+        body: `{"model":"m","messages":[{"role":"user","content":"${'a'.repeat(10 * 1024 * 1024)}"}]}`,
+      }),
+    413,
+    'payload_too_large',
+  ],
+  [
+    'text/plain body',
+    () => request(chat, { method: 'POST', headers: { ...auth, 'content-type': 'text/plain' }, body: 'hello' }),
+    415,
+    'unsupported_media_type',
+  ],
+  [
+    'form body',
+    () => request(chat, { method: 'POST', headers: { ...auth, 'content-type': 'application/x-www-form-urlencoded' }, body: 'a=b' }),
+    415,
+    'unsupported_media_type',
+  ],
   ['unknown /v1 route', () => request(`${daemon.baseURL}/nothing-here`, { headers: auth }), 404, 'not_found'],
   ['unknown route outside /v1', () => request(`${daemon.origin}/admin.php`), 404, 'not_found'],
   ['wrong method', () => request(`${daemon.baseURL}/chat/completions`, { headers: auth }), 405, 'method_not_allowed'],
   ['bad percent-encoding in the URL', () => request(`${daemon.baseURL}/models/%zz`, { headers: auth }), 400, 'invalid_request_error'],
-  ['model that is not served', () => request(chat, { method: 'POST', headers: json, body: JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }] }) }), 404, 'model_not_found'],
-  ['unauthenticated body is not parsed first', () => request(chat, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{bad' }), 401, 'invalid_api_key'],
+  [
+    'model that is not served',
+    () =>
+      request(chat, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }] }),
+      }),
+    404,
+    'model_not_found',
+  ],
+  [
+    'unauthenticated body is not parsed first',
+    () => request(chat, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{bad' }),
+    401,
+    'invalid_api_key',
+  ],
 ];
 
 for (const [name, send, status, code] of cases) {
@@ -74,4 +155,15 @@ t.test('the server is still healthy after all of that', async (t) => {
   t.equal(r.status, 200);
   t.equal(daemon.proc.exitCode, null, 'still running');
   t.notMatch(daemon.logs.join('\n'), secret, 'the key never appears in the logs');
+});
+
+t.test('a parameter with several accepted forms names them all', async (t) => {
+  const r = await request(chat, {
+    method: 'POST',
+    headers: json,
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 5 }] }),
+  });
+  t.equal(r.status, 400);
+  t.equal(r.json.error.param, 'messages[0].content');
+  t.match(r.json.error.message, /expected string or array or null/);
 });

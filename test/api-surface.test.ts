@@ -38,7 +38,9 @@ t.test('request ids are unique per call', async (t) => {
 });
 
 t.test('a chat call naming a model that is not served is a 404 model_not_found', async (t) => {
-  const err = await client.chat.completions.create({ model: 'qwen2.5-7b-instruct', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+  const err = await client.chat.completions
+    .create({ model: 'qwen2.5-7b-instruct', messages: [{ role: 'user', content: 'hi' }] })
+    .catch((e) => e);
   t.ok(err instanceof OpenAI.NotFoundError, 'the SDK sees a 404');
   t.equal(err.code, 'model_not_found');
   t.equal(err.param, 'model');
@@ -53,9 +55,7 @@ t.test('embeddings of a model that is not served is a 404 model_not_found', asyn
 });
 
 t.test('validation errors from the schema are 400 in OpenAI shape, naming the parameter', async (t) => {
-  const err = await client.chat.completions
-    .create({ model: 'm', messages: [{ role: 'wizard' as 'user', content: 'hi' }] })
-    .catch((e) => e);
+  const err = await client.chat.completions.create({ model: 'm', messages: [{ role: 'wizard' as 'user', content: 'hi' }] }).catch((e) => e);
   t.ok(err instanceof OpenAI.BadRequestError);
   t.equal(err.code, 'invalid_request_error');
   t.equal(err.type, 'invalid_request_error');

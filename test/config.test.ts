@@ -31,7 +31,10 @@ t.test('defaults: device posture on 127.0.0.1:8443 over HTTP', async (t) => {
 t.test('unknown keys are rejected by name, nested ones too', async (t) => {
   const file = write('unknown.json', { posture: 'device', listen: { hots: '127.0.0.1' }, colour: 'blue' });
   const problems = problemsOf(() => loadConfig({ config: file }, {}));
-  t.ok(problems.some((p) => p.includes("unknown key 'listen.hots'")), problems.join('; '));
+  t.ok(
+    problems.some((p) => p.includes("unknown key 'listen.hots'")),
+    problems.join('; '),
+  );
   t.ok(problems.some((p) => p.includes("unknown key 'colour'")));
   const r = cli(['config', 'check', '--config', file]);
   t.equal(r.code, 1);
@@ -72,11 +75,20 @@ t.test('precedence: file < environment < flags; relative paths follow the file',
 });
 
 t.test('posture rules: HTTPS postures need a certificate and an address; device stays on loopback', async (t) => {
-  t.match(problemsOf(() => loadConfig({ posture: 'appliance', host: '10.0.0.5' }, {})).join(), /serves HTTPS only: set 'tls\.cert' and 'tls\.key'/);
+  t.match(
+    problemsOf(() => loadConfig({ posture: 'appliance', host: '10.0.0.5' }, {})).join(),
+    /serves HTTPS only: set 'tls\.cert' and 'tls\.key'/,
+  );
   t.match(problemsOf(() => loadConfig({ posture: 'cloud' }, {})).join(), /'listen\.host' is required/);
   t.match(problemsOf(() => loadConfig({ host: '0.0.0.0' }, {})).join(), /device posture listens on loopback only/);
-  t.same(problemsOf(() => loadConfig({ posture: 'appliance', host: '10.0.0.5' }, { SOVEREIGN_TLS_CERT: '/c', SOVEREIGN_TLS_KEY: '/k' })), []);
-  const r = cli(['config', 'check', '--posture', 'appliance', '--host', '10.0.0.5'], { SOVEREIGN_TLS_CERT: '/nonexistent/c.pem', SOVEREIGN_TLS_KEY: '/nonexistent/k.pem' });
+  t.same(
+    problemsOf(() => loadConfig({ posture: 'appliance', host: '10.0.0.5' }, { SOVEREIGN_TLS_CERT: '/c', SOVEREIGN_TLS_KEY: '/k' })),
+    [],
+  );
+  const r = cli(['config', 'check', '--posture', 'appliance', '--host', '10.0.0.5'], {
+    SOVEREIGN_TLS_CERT: '/nonexistent/c.pem',
+    SOVEREIGN_TLS_KEY: '/nonexistent/k.pem',
+  });
   t.equal(r.code, 1, 'config check verifies the certificate files exist');
   t.match(r.stdout, /'tls\.cert' names '\/nonexistent\/c\.pem', which does not exist/);
 });

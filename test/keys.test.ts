@@ -18,7 +18,10 @@ t.test('projects create and list, with --json; duplicates and bad names refused'
   t.equal(bad.code, 1);
   t.match(bad.stderr, /project name/);
   const list = cli(['projects', 'list', ...d, '--json']);
-  t.same(list.json.map((p: { name: string }) => p.name), ['ministry']);
+  t.same(
+    list.json.map((p: { name: string }) => p.name),
+    ['ministry'],
+  );
   t.match(cli(['projects', 'list', ...d]).stdout, /ministry/);
 });
 
@@ -126,5 +129,9 @@ t.test('bad keys are 401 invalid_api_key, never anything else', async (t) => {
     t.equal(r.json?.error?.code, 'invalid_api_key', name);
     t.ok(r.headers['x-request-id'], `${name}: x-request-id`);
   }
-  t.equal((await request(`${daemon.baseURL}/models`, { headers: { authorization: `bearer  ${secret}` } })).status, 200, 'scheme is case-insensitive');
+  t.equal(
+    (await request(`${daemon.baseURL}/models`, { headers: { authorization: `bearer  ${secret}` } })).status,
+    200,
+    'scheme is case-insensitive',
+  );
 });

@@ -42,15 +42,19 @@ t.test('SIGTERM lets in-flight calls finish, refuses new ones, then exits 0', as
   const inFlight = Array.from({ length: 3 }, () => {
     let req!: http.ClientRequest;
     const done = new Promise<{ status: number; body: string }>((resolve, reject) => {
-      req = http.request(url, {
-        method: 'POST',
-        agent: false,
-        headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-      }, (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-      });
+      req = http.request(
+        url,
+        {
+          method: 'POST',
+          agent: false,
+          headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        },
+      );
       req.on('error', reject);
     });
     req.write(body.slice(0, 500));

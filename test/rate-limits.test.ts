@@ -14,10 +14,13 @@ const tlsEnv = { SOVEREIGN_TLS_CERT: tls.cert, SOVEREIGN_TLS_KEY: tls.key };
 t.test('cloud: 50 concurrent calls against 10 rpm admit exactly 10', async (t) => {
   const key = createKey(dataDir, 'bank', ['--rpm', '10']);
   const other = createKey(dataDir, 'bank', ['--rpm', '10']);
-  const daemon = await startDaemon(t, ['--posture', 'cloud', '--host', '127.0.0.1', '--data-dir', dataDir, '--region', 'sa-riyadh-1'], tlsEnv);
+  const daemon = await startDaemon(
+    t,
+    ['--posture', 'cloud', '--host', '127.0.0.1', '--data-dir', dataDir, '--region', 'sa-riyadh-1'],
+    tlsEnv,
+  );
   t.match(daemon.baseURL, /^https:/, 'cloud serves HTTPS');
-  const call = (secret: string) =>
-    request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` }, ca: tls.ca });
+  const call = (secret: string) => request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` }, ca: tls.ca });
 
   const results = await Promise.all(Array.from({ length: 50 }, () => call(key.secret)));
   const ok = results.filter((r) => r.status === 200);
@@ -37,14 +40,15 @@ t.test('cloud: 50 concurrent calls against 10 rpm admit exactly 10', async (t) =
     t.ok(r.headers['x-ratelimit-remaining-tokens']);
     t.ok(r.headers['x-ratelimit-reset-tokens']);
   }
-  const r = limited[0]!;
+  const r = limited[0];
   t.equal(r.json.error.code, 'rate_limit_exceeded');
   t.equal(r.json.error.type, 'requests');
   t.match(r.headers['retry-after'], /^[1-9]\d*$/, 'Retry-After in whole seconds');
   t.ok(Number(r.headers['retry-after']) <= 6, 'one request frees up every 6 s at 10 rpm');
   t.equal(r.headers['x-ratelimit-limit-requests'], '10');
   t.equal(r.headers['x-ratelimit-remaining-requests'], '0');
-  for (const h of ['x-region', 'x-request-id', 'x-sovereign', 'x-ratelimit-reset-requests', 'x-ratelimit-limit-tokens']) t.ok(r.headers[h], `${h} on 429`);
+  for (const h of ['x-region', 'x-request-id', 'x-sovereign', 'x-ratelimit-reset-requests', 'x-ratelimit-limit-tokens'])
+    t.ok(r.headers[h], `${h} on 429`);
 
   t.equal((await call(other.secret)).status, 200, "another key's limit is its own");
 
@@ -80,7 +84,7 @@ t.test('device posture does not meter', async (t) => {
     Array.from({ length: 20 }, () => request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${key.secret}` } })),
   );
   t.same(new Set(results.map((r) => r.status)), new Set([200]), 'no 429 even above the key rpm');
-  t.notOk(results[0]!.headers['x-ratelimit-limit-requests']);
+  t.notOk(results[0].headers['x-ratelimit-limit-requests']);
 });
 
 t.test('token limits: reservations are exact, refused ones name the limit, settling gives back unused tokens', async (t) => {
@@ -114,7 +118,7 @@ t.test('token limits: reservations are exact, refused ones name the limit, settl
   t.equal(limits.reserveTokens(quota, 300, now + 30_000)['x-ratelimit-remaining-tokens'], '500', 'half a minute refills half the limit');
 });
 
-t.test('reset durations read like OpenAI\'s', async (t) => {
+t.test("reset durations read like OpenAI's", async (t) => {
   t.equal(formatDuration(20), '20ms');
   t.equal(formatDuration(6000), '6s');
   t.equal(formatDuration(2500), '2.5s');

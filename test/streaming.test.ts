@@ -22,7 +22,12 @@ const scripted: ChatEngine = {
       onText(i ? ` ${w}` : w);
       await new Promise((r) => setImmediate(r));
     }
-    return { content: words.join(' '), toolCalls: [], finishReason: 'stop', usage: { promptTokens: words.length, completionTokens: words.length } };
+    return {
+      content: words.join(' '),
+      toolCalls: [],
+      finishReason: 'stop',
+      usage: { promptTokens: words.length, completionTokens: words.length },
+    };
   },
 };
 
@@ -61,7 +66,12 @@ for (const posture of ['device', 'cloud'] as const) {
 
     const client = new OpenAI({ apiKey: secret, baseURL, maxRetries: 0 });
     const { data: stream, response } = await client.chat.completions
-      .create({ model: 'scripted', messages: [{ role: 'user', content: 'salam from the other side' }], stream: true, stream_options: { include_usage: true } })
+      .create({
+        model: 'scripted',
+        messages: [{ role: 'user', content: 'salam from the other side' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      })
       .withResponse();
     t.equal(response.headers.get('content-type'), 'text/event-stream; charset=utf-8');
     t.equal(response.headers.get('x-region'), 'sa-dammam-1');

@@ -57,7 +57,9 @@ function printSecret(json: boolean, key: KeyView, secret: string, verb: string):
     printJson({ ...key, secret });
     return;
   }
-  process.stdout.write(`${verb} ${key.id} in project ${key.projectName}.\n\n  ${secret}\n\nThis secret is shown once. Store it now; only its hash is kept.\n`);
+  process.stdout.write(
+    `${verb} ${key.id} in project ${key.projectName}.\n\n  ${secret}\n\nThis secret is shown once. Store it now; only its hash is kept.\n`,
+  );
 }
 
 export async function keysCommand(argv: string[]): Promise<number> {
@@ -105,11 +107,17 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const keyId = needId();
       let grace = 0;
       if (values.grace !== undefined) {
-        if (typeof values.grace !== 'string' || !/^\d+$/.test(values.grace)) throw new UsageError(`--grace must be a whole number of seconds`);
+        if (typeof values.grace !== 'string' || !/^\d+$/.test(values.grace))
+          throw new UsageError(`--grace must be a whole number of seconds`);
         grace = Number(values.grace);
       }
       const { key, secret } = await withRegistry(values, (r) => r.rotateKey(keyId, grace));
-      printSecret(json, key, secret, grace ? `Rotated (old secret accepted for ${grace}s more)` : 'Rotated (old secret no longer accepted)');
+      printSecret(
+        json,
+        key,
+        secret,
+        grace ? `Rotated (old secret accepted for ${grace}s more)` : 'Rotated (old secret no longer accepted)',
+      );
       return 0;
     }
     case 'revoke': {
@@ -124,7 +132,9 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const rpm = limitFlag('rpm', values.rpm, true);
       const tpm = limitFlag('tpm', values.tpm, true);
       if (rpm === undefined && tpm === undefined) throw new UsageError('keys limits needs --rpm and/or --tpm');
-      const key = await withRegistry(values, (r) => r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) }));
+      const key = await withRegistry(values, (r) =>
+        r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) }),
+      );
       if (json) printJson(key);
       else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
       return 0;
@@ -155,7 +165,11 @@ export async function projectsCommand(argv: string[]): Promise<number> {
       if (name) throw new UsageError(`unexpected argument '${name}'`);
       const projects = await withRegistry(values, (r) => r.listProjects());
       if (json) printJson(projects);
-      else printTable(projects.map((p) => ({ id: p.id, name: p.name, created: p.createdAt })), ['id', 'name', 'created']);
+      else
+        printTable(
+          projects.map((p) => ({ id: p.id, name: p.name, created: p.createdAt })),
+          ['id', 'name', 'created'],
+        );
       return 0;
     }
     default:

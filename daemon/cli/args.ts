@@ -48,14 +48,14 @@ export function parse(argv: string[], options: Options): Parsed {
       allowPositionals: true,
       strict: true,
     });
-    return { values: values as Parsed['values'], positionals };
+    return { values: values, positionals };
   } catch (err) {
     throw new UsageError((err as Error).message.replace(/\. To specify a positional.*$/s, '.'));
   }
 }
 
 export function configFlags(values: Parsed['values']): ConfigFlags {
-  const str = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
+  const str = (name: string) => (typeof values[name] === 'string' ? values[name] : undefined);
   const flags: ConfigFlags = {};
   const pairs: Array<[keyof ConfigFlags, string]> = [
     ['config', 'config'],

@@ -32,7 +32,11 @@ export async function configCommand(argv: string[]): Promise<number> {
   const effective = { ...config, modelsDir: modelsDir(config), manifest: manifestPath(config) };
   if (values.json) printJson({ valid: problems.length === 0, file: file ?? null, problems, config: effective });
   else {
-    process.stdout.write(problems.length ? `invalid configuration (${file ?? 'defaults'}):\n${problems.map((p) => `  - ${p}`).join('\n')}\n` : `configuration is valid (${file ?? 'defaults, environment and flags'})\n`);
+    process.stdout.write(
+      problems.length
+        ? `invalid configuration (${file ?? 'defaults'}):\n${problems.map((p) => `  - ${p}`).join('\n')}\n`
+        : `configuration is valid (${file ?? 'defaults, environment and flags'})\n`,
+    );
     process.stdout.write(`${JSON.stringify(effective, null, 2)}\n`);
   }
   return problems.length ? 1 : 0;

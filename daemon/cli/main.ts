@@ -30,14 +30,15 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${HELP}\n`);
     return name ? 0 : 2;
   }
-  const command = COMMANDS[name];
+  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+  const known = command !== undefined;
   const json = rest.includes('--json');
   try {
     if (!command) throw new UsageError(`unknown command '${name}'`);
     return await command(rest);
   } catch (err) {
     if (err instanceof UsageError) {
-      report(json, 'usage', `${err.message}\nRun 'sovereign ${command ? `${name} ` : ''}--help' for usage.`);
+      report(json, 'usage', `${err.message}\nRun 'sovereign ${known ? `${name} ` : ''}--help' for usage.`);
       return 2;
     }
     if (err instanceof ConfigError) {

@@ -10,7 +10,11 @@ export function printTable(rows: Array<Record<string, string | number | null>>, 
   }
   const cell = (v: string | number | null | undefined) => (v === null || v === undefined ? '-' : String(v));
   const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
-  const line = (values: string[]) => values.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd();
+  const line = (values: string[]) =>
+    values
+      .map((v, i) => v.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
   process.stdout.write(`${line(columns.map((c) => c.toUpperCase()))}\n`);
   for (const row of rows) process.stdout.write(`${line(columns.map((c) => cell(row[c])))}\n`);
 }

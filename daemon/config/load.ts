@@ -109,7 +109,7 @@ function getPath(tree: Tree, dotted: string): unknown {
 
 function merge(base: Tree, over: Tree): Tree {
   const out: Tree = { ...base };
-  for (const [k, v] of Object.entries(over)) out[k] = isTree(v) && isTree(out[k]) ? merge(out[k] as Tree, v) : v;
+  for (const [k, v] of Object.entries(over)) out[k] = isTree(v) && isTree(out[k]) ? merge(out[k], v) : v;
   return out;
 }
 
@@ -162,9 +162,7 @@ function postureRules(config: Config): string[] {
     problems.push(`'listen.host' is required for the ${config.posture} posture: set the address to serve on`);
   }
   if (https && !config.tls) {
-    problems.push(
-      `the ${config.posture} posture serves HTTPS only: set 'tls.cert' and 'tls.key' to the operator's certificate and key`,
-    );
+    problems.push(`the ${config.posture} posture serves HTTPS only: set 'tls.cert' and 'tls.key' to the operator's certificate and key`);
   }
   if (!https && config.tls) problems.push(`the device posture serves plain HTTP on loopback: remove 'tls'`);
   if (!https && config.listen.host && !LOOPBACK.test(config.listen.host)) {
@@ -206,17 +204,20 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
   }
 
   const overrides: Tree = {};
+  const override = (key: string, raw: string, type: 'string' | 'integer' | 'boolean', origin: string) => {
+    if (PATH_KEYS.includes(key)) setPath(overrides, key, resolve(raw));
+    else {
+      const value = convert(raw, type, origin, problems);
+      if (value !== undefined) setPath(overrides, key, value);
+    }
+  };
   for (const { env: name, key, type } of ENV_OVERRIDES) {
     const raw = env[name];
-    if (raw === undefined || raw === '') continue;
-    const value = convert(raw, type, `environment variable ${name}`, problems);
-    if (value !== undefined) setPath(overrides, key, PATH_KEYS.includes(key) ? resolve(String(value)) : value);
+    if (raw !== undefined && raw !== '') override(key, raw, type, `environment variable ${name}`);
   }
   for (const [flag, key, type] of FLAG_KEYS) {
     const raw = flags[flag];
-    if (raw === undefined) continue;
-    const value = convert(raw, type, `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, problems);
-    if (value !== undefined) setPath(overrides, key, PATH_KEYS.includes(key) ? resolve(String(value)) : value);
+    if (raw !== undefined) override(key, raw, type, `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
   }
   const source = file ?? 'defaults, environment and flags';
   if (problems.length) throw new ConfigError(problems, source);

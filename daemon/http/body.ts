@@ -12,6 +12,6 @@ export function registerJsonBody(app: FastifyInstance): void {
       done(new ApiError('invalid_request_error', 'The request body is not valid UTF-8. Encode the JSON as UTF-8.'), undefined);
       return;
     }
-    parseJson(request, body.toString('utf8'), done);
+    void parseJson(request, body.toString('utf8'), done);
   });
 }

@@ -39,6 +39,20 @@ function validationMessage(issue: ValidationIssue, param: string | null): string
 export function toApiError(err: FastifyError & { validation?: ValidationIssue[] }, bodyLimit: number): ApiError {
   if (err instanceof ApiError) return err;
   if (Array.isArray(err.validation) && err.validation.length) {
+    // For a parameter with several accepted forms, ajv reports each form's failure and then `anyOf`: name them all.
+    const anyOf = err.validation.find((i) => i.keyword === 'anyOf');
+    if (anyOf) {
+      const param = paramOf(anyOf);
+      const forms = [
+        ...new Set(
+          err.validation.filter((i) => i.keyword === 'type' && i.instancePath === anyOf.instancePath).map((i) => String(i.params.type)),
+        ),
+      ];
+      const expected = forms.length ? `expected ${forms.join(' or ')}` : 'none of its accepted forms match';
+      return new ApiError('invalid_request_error', `Invalid value for ${param ? `'${param}'` : 'the request body'}: ${expected}.`, {
+        param,
+      });
+    }
     const issue = err.validation[0]!;
     const param = paramOf(issue);
     return new ApiError('invalid_request_error', validationMessage(issue, param), { param });
@@ -57,7 +71,10 @@ export function toApiError(err: FastifyError & { validation?: ValidationIssue[] 
       return new ApiError('invalid_request_error', 'Content-Length does not match the body that was sent.');
   }
   if (err instanceof SyntaxError || err.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
-    return new ApiError('invalid_request_error', 'The request body is not valid JSON. Send a JSON object (check quoting and trailing commas).');
+    return new ApiError(
+      'invalid_request_error',
+      'The request body is not valid JSON. Send a JSON object (check quoting and trailing commas).',
+    );
   }
   const status = err.statusCode ?? 500;
   if (status >= 400 && status < 500) {
@@ -75,11 +92,7 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: A
  * Node's HTTP parser rejects some requests before fastify sees them (control characters in headers, bad request
  * lines, header overflow, timeouts). They still get our headers and our error shape.
  */
-export function writeClientError(
-  err: NodeJS.ErrnoException,
-  socket: Socket,
-  headers: Record<string, string>,
-): void {
+export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, headers: Record<string, string>): void {
   if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || !socket.writable) {
     socket.destroy();
     return;

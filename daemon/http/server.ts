@@ -67,12 +67,19 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
     if (methods && !methods.has(request.method)) {
       const allowed = [...methods].filter((m) => m !== 'HEAD').join(', ');
       reply.header('allow', allowed);
-      return sendError(request, reply, new ApiError('method_not_allowed', `${request.method} is not supported on ${path}; use ${allowed}.`));
+      return sendError(
+        request,
+        reply,
+        new ApiError('method_not_allowed', `${request.method} is not supported on ${path}; use ${allowed}.`),
+      );
     }
     return sendError(
       request,
       reply,
-      new ApiError('not_found', `No route ${request.method} ${path}. Every API path starts with /v1 (for example POST /v1/chat/completions).`),
+      new ApiError(
+        'not_found',
+        `No route ${request.method} ${path}. Every API path starts with /v1 (for example POST /v1/chat/completions).`,
+      ),
     );
   });
 

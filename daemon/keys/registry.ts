@@ -73,7 +73,10 @@ export class KeyRegistry {
 
   createProject(name: string): ProjectRecord {
     if (!PROJECT_NAME.test(name)) {
-      throw new KeysError('invalid', `project name '${name}' must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit`);
+      throw new KeysError(
+        'invalid',
+        `project name '${name}' must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit`,
+      );
     }
     return this.projects.transactionSync(() => {
       if (this.projects.get(`name:${name}`) !== undefined) throw new KeysError('conflict', `project '${name}' already exists`);

@@ -43,11 +43,15 @@ export class ModelCatalog {
     }
     const model = this.models.get(id);
     if (!model || model.capability !== capability || model.readiness === 'failed') {
-      const alternatives = this.listed().filter((m) => m.capability === capability).map((m) => m.id);
+      const alternatives = this.listed()
+        .filter((m) => m.capability === capability)
+        .map((m) => m.id);
       throw new ApiError(
         'model_not_found',
         `The model '${id}' does not exist or is not served here for ${capability}. ` +
-          (alternatives.length ? `Available: ${alternatives.join(', ')}.` : `This deployment serves no ${capability} model; GET /v1/models lists what it serves.`),
+          (alternatives.length
+            ? `Available: ${alternatives.join(', ')}.`
+            : `This deployment serves no ${capability} model; GET /v1/models lists what it serves.`),
         { param: 'model' },
       );
     }

@@ -33,7 +33,10 @@ function readTls(config: Config): { cert: Buffer; key: Buffer } | undefined {
   return { cert: read('cert'), key: read('key') };
 }
 
-export async function startDaemon(config: Config, logger: FastifyServerOptions['logger'] = loggerOptions(config.log.level)): Promise<Daemon> {
+export async function startDaemon(
+  config: Config,
+  logger: FastifyServerOptions['logger'] = loggerOptions(config.log.level),
+): Promise<Daemon> {
   const https = readTls(config);
   const store = openStore(config.dataDir);
   const state: DaemonState = { draining: false, startedAt: Date.now() };
@@ -79,7 +82,10 @@ export async function startDaemon(config: Config, logger: FastifyServerOptions['
         const outcome = await Promise.race([closed, graceOver]);
         clearTimeout(timer);
         if (outcome === 'timeout') {
-          app.log.warn({ graceMs: config.timeouts.shutdownGraceMs }, 'in-flight calls did not finish within the grace period; closing them');
+          app.log.warn(
+            { graceMs: config.timeouts.shutdownGraceMs },
+            'in-flight calls did not finish within the grace period; closing them',
+          );
           app.server.closeAllConnections();
           await closed;
         }

@@ -65,7 +65,7 @@ export async function startDaemon(
   const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
   const url = await new Promise<string>((res, rej) => {
     const timer = setTimeout(() => rej(new Error(`daemon did not start:\n${logs.join('\n')}`)), 20_000);
-    createInterface({ input: proc.stdout! }).on('line', (line) => {
+    createInterface({ input: proc.stdout }).on('line', (line) => {
       logs.push(line);
       try {
         const entry = JSON.parse(line) as { msg?: string; url?: string };
@@ -77,7 +77,7 @@ export async function startDaemon(
         /* not a log line */
       }
     });
-    createInterface({ input: proc.stderr! }).on('line', (line) => logs.push(line));
+    createInterface({ input: proc.stderr }).on('line', (line) => logs.push(line));
     void exited.then((code) => {
       clearTimeout(timer);
       rej(new Error(`daemon exited with ${code}:\n${logs.join('\n')}`));

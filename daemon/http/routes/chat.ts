@@ -41,9 +41,13 @@ function textOf(content: ChatBody['messages'][number]['content'], index: number)
   return content
     .map((part, p) => {
       if (part.type !== 'text' || typeof part.text !== 'string') {
-        throw new ApiError('invalid_request_error', `Only text content parts are supported; messages[${index}].content[${p}] is '${part.type}'.`, {
-          param: `messages[${index}].content[${p}].type`,
-        });
+        throw new ApiError(
+          'invalid_request_error',
+          `Only text content parts are supported; messages[${index}].content[${p}] is '${part.type}'.`,
+          {
+            param: `messages[${index}].content[${p}].type`,
+          },
+        );
       }
       return part.text;
     })
@@ -57,7 +61,9 @@ export function toChatRequest(body: ChatBody): ChatRequest {
       content: textOf(m.content, i),
       ...(m.name ? { name: m.name } : {}),
       ...(m.tool_call_id ? { toolCallId: m.tool_call_id } : {}),
-      ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}),
+      ...(m.tool_calls
+        ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) }
+        : {}),
     })),
   };
   if (body.temperature !== undefined) request.temperature = body.temperature;
@@ -70,7 +76,9 @@ export function toChatRequest(body: ChatBody): ChatRequest {
   if (format?.type === 'json_object') request.responseFormat = { type: 'json_object' };
   if (format?.type === 'json_schema') {
     if (!format.json_schema?.schema) {
-      throw new ApiError('invalid_request_error', "response_format json_schema needs 'json_schema.schema'.", { param: 'response_format.json_schema.schema' });
+      throw new ApiError('invalid_request_error', "response_format json_schema needs 'json_schema.schema'.", {
+        param: 'response_format.json_schema.schema',
+      });
     }
     request.responseFormat = { type: 'json_schema', schema: format.json_schema.schema };
   }
@@ -103,45 +111,58 @@ function usageObject(result: ChatResult) {
 function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
   const modelId = request.call.model!.id;
   const engine = deps.engines.chat(modelId);
-  if (!engine) throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, { headers: { 'retry-after': '5' } });
+  if (!engine)
+    throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, {
+      headers: { 'retry-after': '5' },
+    });
   return { engine, modelId };
 }
 
 export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
   const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens };
-  v1.post<{ Body: ChatBody }>('/chat/completions', { schema: { body: chatCompletionBody }, config: { declaration } }, async (request, reply) => {
-    const chatRequest = toChatRequest(request.body);
-    const { engine, modelId } = engineFor(deps, request);
-    const id = `chatcmpl-${request.id}`;
-    const created = Math.floor(Date.now() / 1000);
-    const signal = abortOnDisconnect(reply);
-    if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal });
+  v1.post<{ Body: ChatBody }>(
+    '/chat/completions',
+    { schema: { body: chatCompletionBody }, config: { declaration } },
+    async (request, reply) => {
+      const chatRequest = toChatRequest(request.body);
+      const { engine, modelId } = engineFor(deps, request);
+      const id = `chatcmpl-${request.id}`;
+      const created = Math.floor(Date.now() / 1000);
+      const signal = abortOnDisconnect(reply);
+      if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal });
 
-    const result = await engine.chat(modelId, chatRequest, () => {}, signal);
-    request.call.usedTokens = result.usage.promptTokens + result.usage.completionTokens;
-    return {
-      id,
-      object: 'chat.completion',
-      created,
-      model: modelId,
-      choices: [
-        {
-          index: 0,
-          message: {
-            role: 'assistant',
-            content: result.toolCalls.length ? null : result.content,
-            refusal: null,
-            ...(result.toolCalls.length
-              ? { tool_calls: result.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) }
-              : {}),
+      const result = await engine.chat(modelId, chatRequest, () => {}, signal);
+      request.call.usedTokens = result.usage.promptTokens + result.usage.completionTokens;
+      return {
+        id,
+        object: 'chat.completion',
+        created,
+        model: modelId,
+        choices: [
+          {
+            index: 0,
+            message: {
+              role: 'assistant',
+              content: result.toolCalls.length ? null : result.content,
+              refusal: null,
+              ...(result.toolCalls.length
+                ? {
+                    tool_calls: result.toolCalls.map((c) => ({
+                      id: c.id,
+                      type: 'function',
+                      function: { name: c.name, arguments: c.arguments },
+                    })),
+                  }
+                : {}),
+            },
+            logprobs: null,
+            finish_reason: result.finishReason,
           },
-          logprobs: null,
-          finish_reason: result.finishReason,
-        },
-      ],
-      usage: usageObject(result),
-    };
-  });
+        ],
+        usage: usageObject(result),
+      };
+    },
+  );
 }
 
 interface StreamArgs {
@@ -169,7 +190,12 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           {
             index: 0,
             delta: {
-              tool_calls: result.toolCalls.map((c, i) => ({ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+              tool_calls: result.toolCalls.map((c, i) => ({
+                index: i,
+                id: c.id,
+                type: 'function',
+                function: { name: c.name, arguments: c.arguments },
+              })),
             },
             logprobs: null,
             finish_reason: null,
@@ -181,7 +207,8 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
     })
     .catch((err: unknown) => {
       if (signal.aborted) return;
-      const error = err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
+      const error =
+        err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
       if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
       out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
     })

@@ -37,31 +37,48 @@ function shorten(vector: Float32Array, size: number): Float32Array {
 
 export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps): void {
   const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens };
-  v1.post<{ Body: EmbeddingsBody }>('/embeddings', { schema: { body: embeddingsBody }, config: { declaration } }, async (request, reply) => {
-    const modelId = request.call.model!.id;
-    const engine = deps.engines.embeddings(modelId);
-    if (!engine) throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, { headers: { 'retry-after': '5' } });
-    const { dimensions } = request.body;
-    if (dimensions !== undefined) {
-      const native = engine.dimensions(modelId);
-      if (!native.shortenable && dimensions !== native.size) {
-        throw new ApiError('invalid_request_error', `The model '${modelId}' only returns ${native.size} dimensions; omit 'dimensions' or set it to ${native.size}.`, { param: 'dimensions' });
+  v1.post<{ Body: EmbeddingsBody }>(
+    '/embeddings',
+    { schema: { body: embeddingsBody }, config: { declaration } },
+    async (request, reply) => {
+      const modelId = request.call.model!.id;
+      const engine = deps.engines.embeddings(modelId);
+      if (!engine)
+        throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, {
+          headers: { 'retry-after': '5' },
+        });
+      const { dimensions } = request.body;
+      if (dimensions !== undefined) {
+        const native = engine.dimensions(modelId);
+        if (!native.shortenable && dimensions !== native.size) {
+          throw new ApiError(
+            'invalid_request_error',
+            `The model '${modelId}' only returns ${native.size} dimensions; omit 'dimensions' or set it to ${native.size}.`,
+            { param: 'dimensions' },
+          );
+        }
+        if (dimensions > native.size) {
+          throw new ApiError('invalid_request_error', `'dimensions' must be at most ${native.size} for '${modelId}'.`, {
+            param: 'dimensions',
+          });
+        }
       }
-      if (dimensions > native.size) {
-        throw new ApiError('invalid_request_error', `'dimensions' must be at most ${native.size} for '${modelId}'.`, { param: 'dimensions' });
-      }
-    }
-    const result = await engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(reply));
-    request.call.usedTokens = result.promptTokens;
-    const base64 = request.body.encoding_format === 'base64';
-    return {
-      object: 'list',
-      data: result.vectors.map((vector, index) => {
-        const v = dimensions !== undefined && dimensions < vector.length ? shorten(vector, dimensions) : vector;
-        return { object: 'embedding', index, embedding: base64 ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') : Array.from(v) };
-      }),
-      model: modelId,
-      usage: { prompt_tokens: result.promptTokens, total_tokens: result.promptTokens },
-    };
-  });
+      const result = await engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(reply));
+      request.call.usedTokens = result.promptTokens;
+      const base64 = request.body.encoding_format === 'base64';
+      return {
+        object: 'list',
+        data: result.vectors.map((vector, index) => {
+          const v = dimensions !== undefined && dimensions < vector.length ? shorten(vector, dimensions) : vector;
+          return {
+            object: 'embedding',
+            index,
+            embedding: base64 ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') : Array.from(v),
+          };
+        }),
+        model: modelId,
+        usage: { prompt_tokens: result.promptTokens, total_tokens: result.promptTokens },
+      };
+    },
+  );
 }
