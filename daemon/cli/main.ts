@@ -2,9 +2,11 @@
 // (1: the command failed, 2: it was called wrong), and never prints a stack trace for them.
 import { ConfigError } from '../config/index.js';
 import { KeysError } from '../keys/index.js';
+import { ImportError, ManifestError } from '../models/index.js';
 import { keysCommand, projectsCommand } from './admin.js';
 import { UsageError } from './args.js';
 import { configCommand } from './config.js';
+import { modelsCommand, probeCommand } from './models.js';
 import { serveCommand } from './serve.js';
 
 const HELP = `Usage: sovereign <command> [options]
@@ -14,6 +16,8 @@ Commands:
   keys             create, list, rotate, revoke API keys and set their limits
   projects         create and list projects
   config check     validate the configuration and print the effective values
+  models           list the manifest's models (present, verified, fits) and import model files
+  probe            print the hardware facts the daemon sees
 
 Every command takes --help, and --json for machine-readable output.`;
 
@@ -22,6 +26,8 @@ const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
   keys: keysCommand,
   projects: projectsCommand,
   config: configCommand,
+  models: modelsCommand,
+  probe: probeCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {
@@ -49,6 +55,10 @@ export async function main(argv: string[]): Promise<number> {
       report(json, err.kind, err.message);
       return 1;
     }
+    if (err instanceof ImportError || err instanceof ManifestError) {
+      report(json, err instanceof ImportError ? 'import' : 'manifest', err.message);
+      return 1;
+    }
     report(json, 'error', (err as Error).message ?? String(err));
     return 1;
   }
@@ -62,4 +72,4 @@ function report(json: boolean, kind: string, message: string, problems?: string[
 const code = await main(process.argv.slice(2));
 process.exitCode = code;
 // The daemon has released everything by now; exit even if a library left a timer behind.
-if (process.argv[2] === 'serve') process.exit(code);
+if (['serve', 'models', 'probe'].includes(process.argv[2] ?? '')) process.exit(code);

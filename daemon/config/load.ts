@@ -79,6 +79,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     limits: { bodyBytes: 4 * 1024 * 1024, maxInFlight: 512, defaultRpm: 600, defaultTpm: 600_000 },
     timeouts: { requestMs: 60_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
     log: { level: 'info', requests: false },
+    models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0 },
   };
 }
 

@@ -27,6 +27,14 @@ export interface Config {
     shutdownGraceMs: number;
   };
   log: { level: LogLevel; requests: boolean };
+  models: {
+    load: 'boot' | 'on-demand';
+    headroomBytes: number;
+    parallel: number;
+    queue: number;
+    gpu: 'auto' | 'off';
+    threads: number;
+  };
 }
 
 const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
@@ -81,6 +89,18 @@ export const configSchema = {
         requestMs: positiveInt('Time allowed to receive a whole request, headers and body, in ms.', 1000),
         keepAliveMs: positiveInt('Idle time before a keep-alive connection is closed, in ms.', 1000),
         shutdownGraceMs: positiveInt('On SIGTERM, time allowed for in-flight calls to finish, in ms.', 100),
+      },
+    },
+    models: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        load: { enum: ['boot', 'on-demand'], description: 'Load listed models at boot, or on their first call.' },
+        headroomBytes: positiveInt('Memory kept free when deciding which models fit, in bytes.', 0),
+        parallel: positiveInt('Calls one model serves at the same time (llama.cpp sequences).', 1, 64),
+        queue: positiveInt('Calls that may wait per model before 503 server_overloaded.', 0, 10000),
+        gpu: { enum: ['auto', 'off'], description: 'Use a GPU if node-llama-cpp finds one (auto), or never (off).' },
+        threads: positiveInt('CPU threads for inference; 0 means every core the probe finds.', 0, 1024),
       },
     },
     log: {

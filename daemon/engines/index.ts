@@ -48,8 +48,6 @@ export interface ChatResult {
 export interface ChatEngine {
   /** Generates a reply; `onText` receives each piece of content as it is produced (for streaming). */
   chat(modelId: string, request: ChatRequest, onText: (text: string) => void, signal: AbortSignal): Promise<ChatResult>;
-  /** Tokens the prompt of a request would take, for limits before the engine runs. */
-  countPromptTokens?(modelId: string, request: ChatRequest): number;
 }
 
 export interface EmbeddingResult {

@@ -10,6 +10,8 @@ export interface HealthReport {
   sovereign: boolean;
   uptime_s: number;
   models: Array<{ id: string; capability: string; readiness: Readiness; detail?: string }>;
+  /** Manifest models this device does not serve, and why (missing, checksum, does not fit…). */
+  unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
 }
 
 export function healthReport(config: Config, catalog: ModelCatalog, state: { draining: boolean; startedAt: number }): HealthReport {
@@ -27,5 +29,6 @@ export function healthReport(config: Config, catalog: ModelCatalog, state: { dra
     sovereign: isSovereign(config.posture),
     uptime_s: Math.floor((Date.now() - state.startedAt) / 1000),
     models,
+    unavailable_models: catalog.unavailable(),
   };
 }

@@ -2,19 +2,21 @@
 // close. Everything a running daemon holds is created here and released by close().
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
-import { isSovereign, listenHost, usesTls, type Config } from '../config/index.js';
+import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
 import { EngineRegistry } from '../engines/index.js';
 import { buildApp, type DaemonState } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { InFlightGate, KeyLimits } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
-import { ModelCatalog } from '../models/index.js';
+import { loadManifest, ModelCatalog } from '../models/index.js';
 import { openStore } from '../store/index.js';
+import { startModels, type ModelsRuntime } from './models.js';
 
 export interface Daemon {
   /** Base URL clients use, e.g. http://127.0.0.1:8443/v1. */
   readonly url: string;
   readonly app: FastifyInstance;
+  readonly models: ModelsRuntime;
   /** Stops accepting calls, lets in-flight ones finish (up to timeouts.shutdownGraceMs), then releases everything. */
   close(): Promise<{ drained: boolean }>;
 }
@@ -38,16 +40,19 @@ export async function startDaemon(
   logger: FastifyServerOptions['logger'] = loggerOptions(config.log.level),
 ): Promise<Daemon> {
   const https = readTls(config);
+  const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
   const state: DaemonState = { draining: false, startedAt: Date.now() };
+  const catalog = new ModelCatalog();
+  const engines = new EngineRegistry();
   const app = buildApp(
     {
       config,
       keys: new KeyRegistry(store),
       limits: new KeyLimits(),
       gate: new InFlightGate(config.limits.maxInFlight),
-      catalog: new ModelCatalog(),
-      engines: new EngineRegistry(),
+      catalog,
+      engines,
       state,
       fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
     },
@@ -66,11 +71,14 @@ export async function startDaemon(
   const host = listenHost(config).includes(':') ? `[${listenHost(config)}]` : listenHost(config);
   const url = `${https ? 'https' : 'http'}://${host}:${port}/v1`;
   app.log.info({ posture: config.posture, region: config.region, url, dataDir: config.dataDir }, 'sovereign is serving');
+  // Models verify and load after the server listens: health and 503 model_not_ready tell clients while they do.
+  const models = startModels({ config, manifest, store, catalog, engines, log: app.log });
 
   let closing: Promise<{ drained: boolean }> | undefined;
   return {
     url,
     app,
+    models,
     close() {
       closing ??= (async () => {
         state.draining = true;
@@ -89,6 +97,7 @@ export async function startDaemon(
           app.server.closeAllConnections();
           await closed;
         }
+        await models.dispose();
         await store.close();
         app.log.info('sovereign stopped');
         return { drained: outcome === 'closed' };

@@ -101,3 +101,16 @@ export function createKey(dataDir: string, project = 'acme', extra: string[] = [
   if (r.code !== 0) throw new Error(`keys create failed: ${r.stderr}`);
   return { id: r.json.id, secret: r.json.secret };
 }
+
+/** Polls /v1/health until every id is ready (or fails the wait after `ms`). */
+export async function waitForModels(baseURL: string, secret: string, ids: string[], ms = 20_000): Promise<any> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const res = await fetch(`${baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } });
+    const health = (await res.json()) as { models: Array<{ id: string; readiness: string }> };
+    const ready = ids.every((id) => health.models.some((m) => m.id === id && m.readiness === 'ready'));
+    if (ready) return health;
+    if (Date.now() > until) throw new Error(`models ${ids.join(', ')} not ready: ${JSON.stringify(health)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

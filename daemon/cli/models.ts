@@ -1,0 +1,133 @@
+// `sovereign models list|import` and `sovereign probe`: what the device has, and what it can serve and why not.
+import { loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
+import { llamaRuntime } from '../engines/llama/runtime.js';
+import { inferenceThreads, probeHardware } from '../hardware/index.js';
+import { assessModels, importModel, loadManifest, ModelVerifier } from '../models/index.js';
+import { BUILT_IN_ENGINES } from '../service/models.js';
+import { openStore } from '../store/index.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
+import { printJson, printTable } from './output.js';
+
+export const MODELS_HELP = `Usage: sovereign models <command> [options]
+
+Commands:
+  list                 every manifest model: present, verified, fits, listed, and why not
+  import FILE [--id ID]
+                       verify FILE's size and SHA-256 against the manifest and copy it into the models dir
+                       atomically; for an entry without a checksum, record the file's as the trusted one
+
+${COMMON_HELP}`;
+
+export const PROBE_HELP = `Usage: sovereign probe [options]
+
+Prints the hardware facts the daemon sees: RAM (total, available, cgroup limit), CPU model, cores and
+features, GPUs and their memory (node-llama-cpp's detection, and nvidia-smi when present).
+
+${COMMON_HELP}`;
+
+const GiB = 1024 ** 3;
+const gib = (b: number | null) => (b === null ? null : `${(b / GiB).toFixed(2)} GiB`);
+
+function progress(json: boolean, what: string) {
+  return (done: number, total: number) => {
+    if (!json && total >= 256 * 1024 * 1024) process.stderr.write(`${what}: ${Math.round((done / total) * 100)}% (${(done / GiB).toFixed(2)} of ${(total / GiB).toFixed(2)} GiB)\n`);
+  };
+}
+
+async function runtimeFor(config: Config) {
+  return llamaRuntime({ gpu: config.models.gpu, threads: inferenceThreads(config.models.threads) });
+}
+
+export async function modelsCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, { ...CONFIG_OPTIONS, id: { type: 'string' } });
+  const [command, file, ...rest] = positionals;
+  if (values.help || !command) {
+    process.stdout.write(`${MODELS_HELP}\n`);
+    return values.help ? 0 : 2;
+  }
+  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  const json = values.json === true;
+  const { config } = loadConfig(configFlags(values));
+  const manifest = loadManifest(manifestPath(config));
+  const store = openStore(config.dataDir);
+  try {
+    const verifier = new ModelVerifier(store);
+    if (command === 'import') {
+      if (!file) throw new UsageError('models import needs a FILE');
+      const result = await importModel({
+        source: file,
+        ...(typeof values.id === 'string' ? { id: values.id } : {}),
+        manifest,
+        modelsDir: modelsDir(config),
+        verifier,
+        onProgress: progress(json, `importing ${file}`),
+      });
+      if (json) printJson(result);
+      else
+        process.stdout.write(
+          `Imported ${result.id} → ${result.path}\n  SHA-256 ${result.sha256}${result.pinned ? ' (recorded: the manifest had no checksum for it)' : ' (matches the manifest)'}\n`,
+        );
+      return 0;
+    }
+    if (command === 'list') {
+      if (file) throw new UsageError(`unexpected argument '${file}'`);
+      const llama = await runtimeFor(config);
+      const hardware = await probeHardware(llama);
+      const statuses = await assessModels({
+        manifest,
+        modelsDir: modelsDir(config),
+        verifier,
+        llama,
+        hardware,
+        headroomBytes: config.models.headroomBytes,
+        parallel: config.models.parallel,
+        engines: BUILT_IN_ENGINES,
+        onHashProgress: (id) => progress(json, `verifying ${id}`),
+      });
+      if (json) printJson(statuses.map((s) => ({ ...s, listed: s.state === 'available' })));
+      else
+        printTable(
+          statuses.map((s) => ({
+            id: s.id,
+            capability: s.capability,
+            present: s.present ? 'yes' : 'no',
+            verified: s.verified ? 'yes' : 'no',
+            fits: s.fits === null ? null : s.fits ? 'yes' : 'no',
+            ram: gib(s.requiredRamBytes),
+            listed: s.state === 'available' ? 'yes' : 'no',
+            why: s.state === 'available' ? '' : `${s.state}: ${s.reason}`,
+          })),
+          ['id', 'capability', 'present', 'verified', 'fits', 'ram', 'listed', 'why'],
+        );
+      return 0;
+    }
+    throw new UsageError(`unknown models command '${command}'`);
+  } finally {
+    await store.close();
+  }
+}
+
+export async function probeCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, CONFIG_OPTIONS);
+  if (values.help) {
+    process.stdout.write(`${PROBE_HELP}\n`);
+    return 0;
+  }
+  if (positionals.length) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+  const { config } = loadConfig(configFlags(values));
+  const facts = await probeHardware(await runtimeFor(config));
+  const threads = inferenceThreads(config.models.threads);
+  if (values.json) {
+    printJson({ ...facts, inferenceThreads: threads });
+    return 0;
+  }
+  const lines = [
+    `RAM        ${gib(facts.ram.totalBytes)} total, ${gib(facts.ram.availableBytes)} available${facts.ram.cgroupLimitBytes !== null ? ` (cgroup limit leaves ${gib(facts.ram.cgroupLimitBytes)})` : ''}`,
+    `CPU        ${facts.cpu.model}, ${facts.cpu.cores} cores; features: ${facts.cpu.features.join(' ') || 'none detected'}`,
+    `threads    ${threads} for inference`,
+    `GPU        ${facts.gpus.length ? facts.gpus.map((g) => `${g.name}: ${gib(g.vramFreeBytes)} free of ${gib(g.vramTotalBytes)} (${g.source})`).join('; ') : 'none found'}`,
+    `llama.cpp  ${facts.accelerator === false ? 'CPU only' : `${facts.accelerator} backend`}`,
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+  return 0;
+}

@@ -1,0 +1,110 @@
+// `sovereign models import`: checks a file against the manifest and copies it into the models dir atomically. One
+// pass reads the source, hashes it and writes a temporary file beside the destination; only a file whose size and
+// SHA-256 match is fsynced and renamed into place, so a crash or a bad file never leaves a half model behind.
+import { createHash } from 'node:crypto';
+import { createReadStream, mkdirSync, openSync, closeSync, fsyncSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import type { Manifest, ManifestEntry } from './manifest.js';
+import { hashFile, type ModelVerifier, type Progress } from './verify.js';
+
+export class ImportError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ImportError';
+  }
+}
+
+export interface ImportResult {
+  id: string;
+  file: string;
+  path: string;
+  size: number;
+  sha256: string;
+  /** True when the manifest had no checksum and this import recorded it. */
+  pinned: boolean;
+}
+
+async function identify(source: string, manifest: Manifest, id: string | undefined, onProgress?: Progress): Promise<ManifestEntry> {
+  if (id) {
+    const entry = manifest.models.find((m) => m.id === id);
+    if (!entry) throw new ImportError(`no model '${id}' in the manifest; known ids: ${manifest.models.map((m) => m.id).join(', ')}`);
+    return entry;
+  }
+  const byName = manifest.models.find((m) => m.file === basename(source));
+  if (byName) return byName;
+  const sha256 = await hashFile(source, onProgress);
+  const byHash = manifest.models.find((m) => m.sha256 === sha256);
+  if (byHash) return byHash;
+  throw new ImportError(`cannot tell which model ${basename(source)} is (its name and checksum match no manifest entry); pass --id ID`);
+}
+
+export async function importModel(options: {
+  source: string;
+  id?: string;
+  manifest: Manifest;
+  modelsDir: string;
+  verifier: ModelVerifier;
+  onProgress?: Progress;
+}): Promise<ImportResult> {
+  const { source, manifest, modelsDir, verifier, onProgress } = options;
+  let size: number;
+  try {
+    size = statSync(source).size;
+  } catch (err) {
+    throw new ImportError(`cannot read ${source}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  const entry = await identify(source, manifest, options.id, onProgress);
+  const pin = verifier.pin(entry.id);
+  const expectedSize = entry.size ?? null;
+  if (expectedSize !== null && size !== expectedSize) {
+    throw new ImportError(`${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`);
+  }
+
+  mkdirSync(modelsDir, { recursive: true });
+  const destination = join(modelsDir, entry.file);
+  const temporary = join(modelsDir, `.${entry.file}.partial-${process.pid}`);
+  const hash = createHash('sha256');
+  const fd = openSync(temporary, 'w', 0o644);
+  let done = 0;
+  let lastReport = 0;
+  try {
+    for await (const chunk of createReadStream(source, { highWaterMark: 4 * 1024 * 1024 })) {
+      const buffer = chunk as Buffer;
+      hash.update(buffer);
+      for (let off = 0; off < buffer.length; ) off += writeSync(fd, buffer, off);
+      done += buffer.length;
+      if (onProgress && (done - lastReport > 256 * 1024 * 1024 || done === size)) {
+        lastReport = done;
+        onProgress(done, size);
+      }
+    }
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    rmSync(temporary, { force: true });
+    throw new ImportError(`copying ${source} failed: ${(err as Error).message}`);
+  }
+  closeSync(fd);
+
+  const sha256 = hash.digest('hex');
+  const expectedSha = entry.sha256 ?? null;
+  if (expectedSha !== null && sha256 !== expectedSha) {
+    rmSync(temporary, { force: true });
+    throw new ImportError(`SHA-256 of ${basename(source)} is ${sha256}; the manifest says '${entry.id}' is ${expectedSha}. The file is altered or another model; nothing was imported.`);
+  }
+  if (expectedSha === null && pin && pin.sha256 !== sha256) {
+    rmSync(temporary, { force: true });
+    throw new ImportError(`'${entry.id}' was imported before with SHA-256 ${pin.sha256}; this file is ${sha256}. Nothing was imported.`);
+  }
+  renameSync(temporary, destination);
+  const dirFd = openSync(modelsDir, 'r');
+  try {
+    fsyncSync(dirFd);
+  } finally {
+    closeSync(dirFd);
+  }
+  await verifier.remember(destination, sha256);
+  const pinned = expectedSha === null;
+  if (pinned) await verifier.setPin(entry.id, { sha256, size, pinnedAt: new Date().toISOString() });
+  return { id: entry.id, file: entry.file, path: destination, size, sha256, pinned };
+}

@@ -1,0 +1,114 @@
+// models-manifest.json: every model the appliance may serve, validated with ajv. Checksums and sizes are null
+// where the publisher's exact file is not pinned yet; the operator's `sovereign models import` then records them.
+import { readFileSync } from 'node:fs';
+import { Ajv } from 'ajv';
+
+export const CAPABILITIES = ['chat', 'embeddings', 'transcription', 'image'] as const;
+export type Capability = (typeof CAPABILITIES)[number];
+export const ENGINES = ['llama.cpp', 'whisper.cpp'] as const;
+export type EngineName = (typeof ENGINES)[number];
+
+export interface ManifestEntry {
+  id: string;
+  file: string;
+  sha256: string | null;
+  size: number | null;
+  capability: Capability;
+  engine: EngineName;
+  languages: string[];
+  /** The longest context the model was trained for, in tokens. */
+  context: number;
+  /** The context the daemon serves it with (memory grows with it); defaults to min(context, 8192). */
+  servingContext?: number;
+  needs: { ramBytes: number; vramBytes: number; gpuRequired: boolean };
+  ownedBy: string;
+  parameters?: string;
+  license?: string;
+  source?: string;
+  /** Embeddings only: whether `dimensions` may shorten vectors (Matryoshka-trained models). */
+  dimensionsShortenable?: boolean;
+}
+
+export interface Manifest {
+  models: ManifestEntry[];
+}
+
+const entrySchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'file', 'sha256', 'size', 'capability', 'engine', 'languages', 'context', 'needs', 'ownedBy'],
+  properties: {
+    id: { type: 'string', pattern: '^[a-z0-9][a-z0-9._:-]{0,127}$' },
+    file: { type: 'string', pattern: '^[^/\\\\]+$', minLength: 1, maxLength: 255 },
+    sha256: { anyOf: [{ type: 'string', pattern: '^[0-9a-f]{64}$' }, { type: 'null' }] },
+    size: { anyOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }] },
+    capability: { enum: CAPABILITIES },
+    engine: { enum: ENGINES },
+    languages: { type: 'array', minItems: 1, items: { type: 'string', pattern: '^[a-z]{2,3}$' } },
+    context: { type: 'integer', minimum: 1 },
+    servingContext: { type: 'integer', minimum: 1 },
+    needs: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['ramBytes', 'vramBytes', 'gpuRequired'],
+      properties: {
+        ramBytes: { type: 'integer', minimum: 0 },
+        vramBytes: { type: 'integer', minimum: 0 },
+        gpuRequired: { type: 'boolean' },
+      },
+    },
+    ownedBy: { type: 'string', minLength: 1 },
+    parameters: { type: 'string' },
+    license: { type: 'string' },
+    source: { type: 'string' },
+    dimensionsShortenable: { type: 'boolean' },
+  },
+} as const;
+
+const manifestSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['models'],
+  properties: { $comment: { type: 'string' }, models: { type: 'array', items: entrySchema } },
+} as const;
+
+const validate = new Ajv({ allErrors: true }).compile(manifestSchema);
+
+export class ManifestError extends Error {
+  constructor(path: string, problems: string[]) {
+    super(`invalid models manifest ${path}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ManifestError';
+  }
+}
+
+export function loadManifest(path: string): Manifest {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new ManifestError(path, [`cannot read it as JSON: ${(err as Error).message}`]);
+  }
+  if (!validate(parsed)) {
+    throw new ManifestError(
+      path,
+      (validate.errors ?? []).map((e) => `${e.instancePath || '(root)'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` ('${String(e.params.additionalProperty)}')` : ''}`),
+    );
+  }
+  const manifest = parsed as Manifest;
+  const problems: string[] = [];
+  const ids = new Set<string>();
+  const files = new Set<string>();
+  for (const m of manifest.models) {
+    if (ids.has(m.id)) problems.push(`model id '${m.id}' appears twice`);
+    if (files.has(m.file)) problems.push(`file '${m.file}' appears twice`);
+    ids.add(m.id);
+    files.add(m.file);
+    if (m.servingContext && m.servingContext > m.context) problems.push(`'${m.id}': servingContext exceeds context`);
+  }
+  if (problems.length) throw new ManifestError(path, problems);
+  return manifest;
+}
+
+export function servingContextOf(entry: ManifestEntry): number {
+  return entry.servingContext ?? Math.min(entry.context, 8192);
+}
