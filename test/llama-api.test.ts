@@ -20,7 +20,7 @@ t.test('only present, verified, fitting, loadable models are listed; health says
   t.same(models.data.map((m) => m.id).sort(), ['tiny-chat', 'tiny-embed']);
   t.equal(models.data[0]!.owned_by, 'sovereign-tests');
   const states = Object.fromEntries(health.unavailable_models.map((m: { id: string; state: string }) => [m.id, m.state]));
-  t.same(states, { 'tampered-chat': 'checksum_mismatch', 'huge-chat': 'does_not_fit', 'absent-chat': 'missing' });
+  t.same(states, { 'tampered-chat': 'checksum_mismatch', 'huge-chat': 'does_not_fit', 'absent-chat': 'missing', 'truncated-chat': 'unreadable' });
   for (const m of health.unavailable_models) t.ok(m.reason.length > 20, `${m.id} has a reason`);
   const after = await (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json();
   const broken = after.models.find((m: { id: string }) => m.id === 'broken-chat');
@@ -30,7 +30,7 @@ t.test('only present, verified, fitting, loadable models are listed; health says
 });
 
 t.test('unlisted models are 404 model_not_found naming the model and /v1/models', async (t) => {
-  for (const model of ['tampered-chat', 'huge-chat', 'absent-chat', 'broken-chat', 'gpt-4o']) {
+  for (const model of ['tampered-chat', 'huge-chat', 'absent-chat', 'truncated-chat', 'broken-chat', 'gpt-4o']) {
     const err = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
     t.ok(err instanceof OpenAI.NotFoundError, model);
     t.equal(err.code, 'model_not_found');
