@@ -18,11 +18,16 @@ const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetr
 t.test('only present, verified, fitting, loadable models are listed; health says why the others are not', async (t) => {
   const models = await client.models.list();
   t.same(models.data.map((m) => m.id).sort(), ['tiny-chat', 'tiny-embed']);
-  t.equal(models.data[0]!.owned_by, 'sovereign-tests');
+  t.equal(models.data[0].owned_by, 'sovereign-tests');
   const states = Object.fromEntries(health.unavailable_models.map((m: { id: string; state: string }) => [m.id, m.state]));
-  t.same(states, { 'tampered-chat': 'checksum_mismatch', 'huge-chat': 'does_not_fit', 'absent-chat': 'missing', 'truncated-chat': 'unreadable' });
+  t.same(states, {
+    'tampered-chat': 'checksum_mismatch',
+    'huge-chat': 'does_not_fit',
+    'absent-chat': 'missing',
+    'truncated-chat': 'unreadable',
+  });
   for (const m of health.unavailable_models) t.ok(m.reason.length > 20, `${m.id} has a reason`);
-  const after = await (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json();
+  const after: any = await (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json();
   const broken = after.models.find((m: { id: string }) => m.id === 'broken-chat');
   t.equal(broken?.readiness, 'failed', 'a model that verifies but cannot load is failed');
   t.match(broken?.detail, /failed to load/);
@@ -54,19 +59,30 @@ t.test('buffered chat in English and Arabic: OpenAI shape, usage, max_tokens hon
     t.equal(r.object, 'chat.completion');
     t.equal(r.model, 'tiny-chat');
     t.equal(r.choices.length, 1);
-    t.equal(r.choices[0]!.message.role, 'assistant');
-    t.type(r.choices[0]!.message.content, 'string');
+    t.equal(r.choices[0].message.role, 'assistant');
+    t.type(r.choices[0].message.content, 'string');
     t.ok(r.usage!.prompt_tokens > Buffer.byteLength(content) / 8, 'prompt tokens counted from the rendered template');
     t.ok(r.usage!.completion_tokens <= 12, 'no more than max_tokens');
     t.equal(r.usage!.total_tokens, r.usage!.prompt_tokens + r.usage!.completion_tokens);
-    if (r.usage!.completion_tokens === 12) t.equal(r.choices[0]!.finish_reason, 'length');
+    if (r.usage!.completion_tokens === 12) t.equal(r.choices[0].finish_reason, 'length');
   }
-  const more = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'x' }], max_completion_tokens: 3, temperature: 0 });
+  const more = await client.chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'x' }],
+    max_completion_tokens: 3,
+    temperature: 0,
+  });
   t.ok(more.usage!.completion_tokens <= 3, 'max_completion_tokens honoured');
 });
 
 t.test('streaming yields exactly the buffered text (same seed), a finish chunk, usage when asked, and [DONE]', async (t) => {
-  const params = { model: 'tiny-chat', messages: [{ role: 'user' as const, content: 'السلام عليكم and hello' }], max_tokens: 24, temperature: 0.8, seed: 1234 };
+  const params = {
+    model: 'tiny-chat',
+    messages: [{ role: 'user' as const, content: 'السلام عليكم and hello' }],
+    max_tokens: 24,
+    temperature: 0.8,
+    seed: 1234,
+  };
   const buffered = await client.chat.completions.create(params);
   const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
   let text = '';
@@ -80,8 +96,8 @@ t.test('streaming yields exactly the buffered text (same seed), a finish chunk, 
     usage = chunk.usage ?? usage;
   }
   t.ok(chunks > 3, 'several chunks');
-  t.equal(text, buffered.choices[0]!.message.content, 'the same text, chunk by chunk');
-  t.equal(finish, buffered.choices[0]!.finish_reason);
+  t.equal(text, buffered.choices[0].message.content, 'the same text, chunk by chunk');
+  t.equal(finish, buffered.choices[0].finish_reason);
   t.same(usage, buffered.usage, 'the same usage');
 });
 
@@ -95,7 +111,7 @@ t.test('Arabic and English round-trip exactly through generation, buffered and s
   for (const seed of [1, 2, 3, 4, 5, 6]) {
     const body = { model: 'tiny-chat', messages: [{ role: 'user' as const, content: 'قل مرحبا' }], response_format, seed, temperature: 1 };
     const buffered = await client.chat.completions.create(body);
-    const parsed = JSON.parse(buffered.choices[0]!.message.content!);
+    const parsed = JSON.parse(buffered.choices[0].message.content!);
     t.ok(phrases.includes(parsed.greeting), `seed ${seed}: ${parsed.greeting}`);
     seen.add(parsed.greeting);
     const raw = await request(`${daemon.baseURL}/chat/completions`, {
@@ -108,9 +124,12 @@ t.test('Arabic and English round-trip exactly through generation, buffered and s
       .filter((l) => l.startsWith('data: {'))
       .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? '');
     t.notOk(deltas.join('').includes('\uFFFD'), 'no replacement character anywhere');
-    t.equal(deltas.join(''), buffered.choices[0]!.message.content, 'streamed pieces rebuild the exact text');
+    t.equal(deltas.join(''), buffered.choices[0].message.content, 'streamed pieces rebuild the exact text');
   }
-  t.ok([...seen].some((p) => /[\u0600-\u06FF]/.test(p)), 'at least one Arabic phrase was generated');
+  t.ok(
+    [...seen].some((p) => /[\u0600-\u06FF]/.test(p)),
+    'at least one Arabic phrase was generated',
+  );
 });
 
 t.test('JSON mode output parses; json_schema output matches the schema', async (t) => {
@@ -121,8 +140,8 @@ t.test('JSON mode output parses; json_schema output matches the schema', async (
     max_tokens: 200,
     seed: 3,
   });
-  if (r.choices[0]!.finish_reason === 'stop') t.doesNotThrow(() => JSON.parse(r.choices[0]!.message.content!), 'parses as JSON');
-  else t.match(r.choices[0]!.message.content, /^\s*[{[]/, 'a JSON document was being generated');
+  if (r.choices[0].finish_reason === 'stop') t.doesNotThrow(() => JSON.parse(r.choices[0].message.content!), 'parses as JSON');
+  else t.match(r.choices[0].message.content, /^\s*[{[]/, 'a JSON document was being generated');
   const schema = {
     type: 'object',
     properties: { city: { enum: ['الرياض', 'جدة'] }, population: { type: 'integer' }, capital: { type: 'boolean' } },
@@ -134,7 +153,7 @@ t.test('JSON mode output parses; json_schema output matches the schema', async (
     max_tokens: 100,
     seed: 9,
   });
-  const value = JSON.parse(s.choices[0]!.message.content!);
+  const value = JSON.parse(s.choices[0].message.content!);
   t.ok(['الرياض', 'جدة'].includes(value.city));
   t.ok(Number.isInteger(value.population));
   t.type(value.capital, 'boolean');
@@ -150,14 +169,24 @@ t.test('tools: a required or named tool call comes back as tool_calls with argum
         parameters: { type: 'object', properties: { account: { type: 'string' }, currency: { enum: ['SAR', 'USD'] } } },
       },
     },
-    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { city: { enum: ['Riyadh', 'Jeddah'] } } } } },
+    {
+      type: 'function',
+      function: { name: 'get_time', parameters: { type: 'object', properties: { city: { enum: ['Riyadh', 'Jeddah'] } } } },
+    },
   ];
-  const r = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'balance?' }], tools, tool_choice: 'required', max_tokens: 200, seed: 5 });
-  const choice = r.choices[0]!;
+  const r = await client.chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'balance?' }],
+    tools,
+    tool_choice: 'required',
+    max_tokens: 200,
+    seed: 5,
+  });
+  const choice = r.choices[0];
   t.equal(choice.finish_reason, 'tool_calls');
   t.equal(choice.message.content, null);
   t.equal(choice.message.tool_calls?.length, 1);
-  const call = choice.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+  const call = choice.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
   t.match(call.id, /^call_/);
   t.ok(['get_balance', 'get_time'].includes(call.function.name));
   const args = JSON.parse(call.function.arguments);
@@ -171,39 +200,62 @@ t.test('tools: a required or named tool call comes back as tool_calls with argum
     tool_choice: { type: 'function', function: { name: 'get_time' } },
     max_tokens: 100,
   });
-  const namedCall = named.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+  const namedCall = named.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
   t.equal(namedCall.function.name, 'get_time');
   t.ok(['Riyadh', 'Jeddah'].includes(JSON.parse(namedCall.function.arguments).city));
 
   // The call's result goes back as a tool message; the conversation continues.
   const followUp = await client.chat.completions.create({
     model: 'tiny-chat',
-    messages: [{ role: 'user', content: 'time?' }, named.choices[0]!.message, { role: 'tool', tool_call_id: namedCall.id, content: '14:05' }],
+    messages: [
+      { role: 'user', content: 'time?' },
+      named.choices[0].message,
+      { role: 'tool', tool_call_id: namedCall.id, content: '14:05' },
+    ],
     tools,
     max_tokens: 8,
   });
   t.equal(followUp.object, 'chat.completion');
   const orphan = await client.chat.completions
-    .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'x' }, { role: 'tool', tool_call_id: 'call_nope', content: '1' }] })
+    .create({
+      model: 'tiny-chat',
+      messages: [
+        { role: 'user', content: 'x' },
+        { role: 'tool', tool_call_id: 'call_nope', content: '1' },
+      ],
+    })
     .catch((e) => e);
   t.equal(orphan.status, 400, 'a tool message answering no call is a 400');
   const unknownTool = await client.chat.completions
-    .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'x' }], tools, tool_choice: { type: 'function', function: { name: 'nope' } } })
+    .create({
+      model: 'tiny-chat',
+      messages: [{ role: 'user', content: 'x' }],
+      tools,
+      tool_choice: { type: 'function', function: { name: 'nope' } },
+    })
     .catch((e) => e);
   t.equal(unknownTool.status, 400);
   t.equal(unknownTool.param, 'tool_choice');
 });
 
 t.test('stop sequences and n', async (t) => {
-  const r = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'x' }], stop: ['a', 'e', 'o', ' '], max_tokens: 60, seed: 11 });
-  for (const s of ['a', 'e', 'o', ' ']) t.notOk(r.choices[0]!.message.content!.includes(s), `output stops before '${s}'`);
+  const r = await client.chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'x' }],
+    stop: ['a', 'e', 'o', ' '],
+    max_tokens: 60,
+    seed: 11,
+  });
+  for (const s of ['a', 'e', 'o', ' ']) t.notOk(r.choices[0].message.content!.includes(s), `output stops before '${s}'`);
   const n = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'x' }], n: 2 }).catch((e) => e);
   t.equal(n.status, 400);
   t.equal(n.param, 'n');
 });
 
 t.test('a prompt longer than the serving context is a clear 400', async (t) => {
-  const err = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'word '.repeat(3000) }] }).catch((e) => e);
+  const err = await client.chat.completions
+    .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'word '.repeat(3000) }] })
+    .catch((e) => e);
   t.equal(err.status, 400);
   t.match(err.message, /maximum context length is 1024 tokens/);
 });
@@ -212,16 +264,19 @@ t.test('embeddings: string, strings, token arrays; float and base64 agree; usage
   const one = await client.embeddings.create({ model: 'tiny-embed', input: 'مرحبا بالعالم', encoding_format: 'float' });
   t.equal(one.object, 'list');
   t.equal(one.data.length, 1);
-  const vector = one.data[0]!.embedding;
+  const vector = one.data[0].embedding;
   t.equal(vector.length, 32);
   t.ok(Math.abs(Math.hypot(...vector) - 1) < 1e-4, 'unit length');
   t.ok(one.usage.prompt_tokens > 0);
   t.equal(one.usage.total_tokens, one.usage.prompt_tokens);
 
   const many = await client.embeddings.create({ model: 'tiny-embed', input: ['hello world', 'مرحبا بالعالم'], encoding_format: 'float' });
-  t.same(many.data.map((d) => d.index), [0, 1]);
-  t.same(many.data[1]!.embedding, vector, 'same input, same vector');
-  t.notSame(many.data[0]!.embedding, vector);
+  t.same(
+    many.data.map((d) => d.index),
+    [0, 1],
+  );
+  t.same(many.data[1].embedding, vector, 'same input, same vector');
+  t.notSame(many.data[0].embedding, vector);
 
   const raw = await request(`${daemon.baseURL}/embeddings`, {
     method: 'POST',
@@ -232,13 +287,20 @@ t.test('embeddings: string, strings, token arrays; float and base64 agree; usage
   const decoded = Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4));
   t.same(decoded, vector, 'base64 is the same little-endian float32 vector');
   const sdkDefault = await client.embeddings.create({ model: 'tiny-embed', input: 'مرحبا بالعالم' });
-  t.same(sdkDefault.data[0]!.embedding, vector, 'the SDK (which asks for base64) decodes the same vector');
+  t.same(sdkDefault.data[0].embedding, vector, 'the SDK (which asks for base64) decodes the same vector');
 
-  const tokens = await client.embeddings.create({ model: 'tiny-embed', input: [[300, 301, 302], [310, 311]], encoding_format: 'float' });
+  const tokens = await client.embeddings.create({
+    model: 'tiny-embed',
+    input: [
+      [300, 301, 302],
+      [310, 311],
+    ],
+    encoding_format: 'float',
+  });
   t.equal(tokens.data.length, 2);
   t.equal(tokens.usage.prompt_tokens, 5, 'token arrays count their tokens');
   const single = await client.embeddings.create({ model: 'tiny-embed', input: [300, 301, 302], encoding_format: 'float' });
-  t.same(single.data[0]!.embedding, tokens.data[0]!.embedding, 'one token array equals the same array in a batch');
+  t.same(single.data[0].embedding, tokens.data[0].embedding, 'one token array equals the same array in a batch');
 
   const badToken = await client.embeddings.create({ model: 'tiny-embed', input: [[999999]] }).catch((e) => e);
   t.equal(badToken.status, 400);
@@ -246,5 +308,5 @@ t.test('embeddings: string, strings, token arrays; float and base64 agree; usage
   t.equal(dims.status, 400, 'this model cannot shorten its vectors');
   t.equal(dims.param, 'dimensions');
   const same = await client.embeddings.create({ model: 'tiny-embed', input: 'x', dimensions: 32, encoding_format: 'float' });
-  t.equal(same.data[0]!.embedding.length, 32, 'asking for the native size is fine');
+  t.equal(same.data[0].embedding.length, 32, 'asking for the native size is fine');
 });

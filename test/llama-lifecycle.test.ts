@@ -15,16 +15,23 @@ const config = `${dir}/config.json`;
 writeFileSync(config, JSON.stringify({ models: { load: 'on-demand', parallel: 1, queue: 1 } }));
 const daemon = await startDaemon(t, ['--config', config, '--data-dir', dataDir, ...fixtures.args]);
 const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
-const health = async () => (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json();
+const health = async (): Promise<any> =>
+  (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json();
 
 t.test('on-demand: listed before loading; the first call gets 503 model_not_ready with Retry-After; then it serves', async (t) => {
   for (let i = 0; i < 100 && !(await client.models.list()).data.length; i++) await new Promise((r) => setTimeout(r, 100));
   // On demand, a model that verifies and fits is listed before it is loaded (broken-chat fails only when it loads).
-  t.same((await client.models.list()).data.map((m) => m.id).sort(), ['broken-chat', 'tiny-chat', 'tiny-embed'], 'verified models are listed');
+  t.same(
+    (await client.models.list()).data.map((m) => m.id).sort(),
+    ['broken-chat', 'tiny-chat', 'tiny-embed'],
+    'verified models are listed',
+  );
   const before = await health();
   t.equal(before.models.find((m: { id: string }) => m.id === 'tiny-chat').readiness, 'unloaded');
 
-  const first = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }).catch((e) => e);
+  const first = await client.chat.completions
+    .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 })
+    .catch((e) => e);
   t.ok(first instanceof OpenAI.APIError);
   t.equal(first.status, 503);
   t.equal(first.code, 'model_not_ready');
@@ -32,7 +39,9 @@ t.test('on-demand: listed before loading; the first call gets 503 model_not_read
 
   let served: OpenAI.ChatCompletion | undefined;
   for (let i = 0; i < 100 && !served; i++) {
-    served = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }).catch(() => undefined);
+    served = await client.chat.completions
+      .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 })
+      .catch(() => undefined);
     if (!served) await new Promise((r) => setTimeout(r, 100));
   }
   t.ok(served, 'served once loaded');
@@ -45,10 +54,14 @@ t.test('on-demand: a model that fails to load is withdrawn from the list and rep
   let status = 503;
   for (let i = 0; i < 100 && status === 503; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    status = (await client.chat.completions.create({ model: 'broken-chat', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e)).status;
+    status = (await client.chat.completions.create({ model: 'broken-chat', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e))
+      .status;
   }
   t.equal(status, 404, 'then withdrawn: 404 model_not_found');
-  t.notOk((await client.models.list()).data.some((m) => m.id === 'broken-chat'), 'no longer listed');
+  t.notOk(
+    (await client.models.list()).data.some((m) => m.id === 'broken-chat'),
+    'no longer listed',
+  );
   const report = (await health()).models.find((m: { id: string }) => m.id === 'broken-chat');
   t.equal(report.readiness, 'failed');
   t.match(report.detail, /failed to load/);
@@ -57,7 +70,13 @@ t.test('on-demand: a model that fails to load is withdrawn from the list and rep
 /** Starts a long streamed generation and resolves once its first chunk arrived; returns the request to abort. */
 function longStream(): Promise<{ req: http.ClientRequest; done: Promise<number> }> {
   return new Promise((resolve, reject) => {
-    const body = JSON.stringify({ model: 'tiny-chat', messages: [{ role: 'user', content: 'go' }], max_tokens: 1000, stream: true, temperature: 1 });
+    const body = JSON.stringify({
+      model: 'tiny-chat',
+      messages: [{ role: 'user', content: 'go' }],
+      max_tokens: 1000,
+      stream: true,
+      temperature: 1,
+    });
     const req = http.request(`${daemon.baseURL}/chat/completions`, {
       method: 'POST',
       agent: false,
@@ -79,7 +98,9 @@ t.test('the queue is bounded: one running, one waiting, the next gets 503 server
   const running = await longStream();
   const waiting = client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'w' }], max_tokens: 2 });
   await new Promise((r) => setTimeout(r, 50));
-  const refused = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'r' }], max_tokens: 2 }).catch((e) => e);
+  const refused = await client.chat.completions
+    .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'r' }], max_tokens: 2 })
+    .catch((e) => e);
   t.equal(refused.status, 503);
   t.equal(refused.code, 'server_overloaded');
   t.match(refused.headers.get('retry-after'), /^\d+$/);

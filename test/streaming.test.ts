@@ -15,19 +15,16 @@ import { request } from './helpers/http.js';
 
 /** Replies with the last user message, one word per piece, and counts words as tokens. */
 const scripted: ChatEngine = {
-  async chat(_model, req, onText, signal) {
+  async chat(_model, req, { onText, signal, onUsage }) {
     const words = (req.messages.at(-1)?.content ?? '').split(' ');
     for (const [i, w] of words.entries()) {
       if (signal.aborted) throw new Error('aborted');
       onText(i ? ` ${w}` : w);
       await new Promise((r) => setImmediate(r));
     }
-    return {
-      content: words.join(' '),
-      toolCalls: [],
-      finishReason: 'stop',
-      usage: { promptTokens: words.length, completionTokens: words.length },
-    };
+    const usage = { promptTokens: words.length, completionTokens: words.length };
+    onUsage?.(usage);
+    return { content: words.join(' '), toolCalls: [], finishReason: 'stop', usage };
   },
 };
 

@@ -2,12 +2,9 @@
 // (1: the command failed, 2: it was called wrong), and never prints a stack trace for them.
 import { ConfigError } from '../config/index.js';
 import { KeysError } from '../keys/index.js';
-import { ImportError, ManifestError } from '../models/index.js';
-import { keysCommand, projectsCommand } from './admin.js';
+import { ImportError } from '../models/import.js';
+import { ManifestError } from '../models/manifest.js';
 import { UsageError } from './args.js';
-import { configCommand } from './config.js';
-import { modelsCommand, probeCommand } from './models.js';
-import { serveCommand } from './serve.js';
 
 const HELP = `Usage: sovereign <command> [options]
 
@@ -21,13 +18,16 @@ Commands:
 
 Every command takes --help, and --json for machine-readable output.`;
 
-const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
-  serve: serveCommand,
-  keys: keysCommand,
-  projects: projectsCommand,
-  config: configCommand,
-  models: modelsCommand,
-  probe: probeCommand,
+type Command = (argv: string[]) => Promise<number>;
+
+// Loaded on use: `keys list` should not pay for loading llama.cpp.
+const COMMANDS: Record<string, () => Promise<Command>> = {
+  serve: async () => (await import('./serve.js')).serveCommand,
+  keys: async () => (await import('./admin.js')).keysCommand,
+  projects: async () => (await import('./admin.js')).projectsCommand,
+  config: async () => (await import('./config.js')).configCommand,
+  models: async () => (await import('./models.js')).modelsCommand,
+  probe: async () => (await import('./models.js')).probeCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {
@@ -41,7 +41,7 @@ export async function main(argv: string[]): Promise<number> {
   const json = rest.includes('--json');
   try {
     if (!command) throw new UsageError(`unknown command '${name}'`);
-    return await command(rest);
+    return await (await command())(rest);
   } catch (err) {
     if (err instanceof UsageError) {
       report(json, 'usage', `${err.message}\nRun 'sovereign ${known ? `${name} ` : ''}--help' for usage.`);

@@ -30,7 +30,10 @@ const gib = (b: number | null) => (b === null ? null : `${(b / GiB).toFixed(2)} 
 
 function progress(json: boolean, what: string) {
   return (done: number, total: number) => {
-    if (!json && total >= 256 * 1024 * 1024) process.stderr.write(`${what}: ${Math.round((done / total) * 100)}% (${(done / GiB).toFixed(2)} of ${(total / GiB).toFixed(2)} GiB)\n`);
+    if (!json && total >= 256 * 1024 * 1024)
+      process.stderr.write(
+        `${what}: ${Math.round((done / total) * 100)}% (${(done / GiB).toFixed(2)} of ${(total / GiB).toFixed(2)} GiB)\n`,
+      );
   };
 }
 
@@ -77,7 +80,7 @@ export async function modelsCommand(argv: string[]): Promise<number> {
         manifest,
         modelsDir: modelsDir(config),
         verifier,
-        llama,
+        llama: () => Promise.resolve(llama),
         hardware,
         headroomBytes: config.models.headroomBytes,
         parallel: config.models.parallel,

@@ -45,9 +45,17 @@ export interface ChatResult {
   usage: Usage;
 }
 
+export interface ChatCallOptions {
+  /** Receives each piece of content as it is produced (for streaming). */
+  onText: (text: string) => void;
+  /** Aborts the work when the client goes away. */
+  signal: AbortSignal;
+  /** Receives the tokens used when the call ends, whether it finished, failed or was aborted. */
+  onUsage?: (usage: Usage) => void;
+}
+
 export interface ChatEngine {
-  /** Generates a reply; `onText` receives each piece of content as it is produced (for streaming). */
-  chat(modelId: string, request: ChatRequest, onText: (text: string) => void, signal: AbortSignal): Promise<ChatResult>;
+  chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult>;
 }
 
 export interface EmbeddingResult {

@@ -21,9 +21,13 @@ export class Slots {
     }
     if (this.waiting.length >= this.queue) {
       return Promise.reject(
-        new ApiError('server_overloaded', `${this.label} is busy with ${this.busy} calls and ${this.waiting.length} waiting. Retry after the number of seconds in Retry-After.`, {
-          headers: { 'retry-after': '1' },
-        }),
+        new ApiError(
+          'server_overloaded',
+          `${this.label} is busy with ${this.busy} calls and ${this.waiting.length} waiting. Retry after the number of seconds in Retry-After.`,
+          {
+            headers: { 'retry-after': '1' },
+          },
+        ),
       );
     }
     return new Promise((resolve, reject) => {

@@ -3,7 +3,7 @@
 
 export const ERRORS = {
   invalid_request_error: { status: 400, type: 'invalid_request_error' },
-  invalid_api_key: { status: 401, type: 'authentication_error' },
+  invalid_api_key: { status: 401, type: 'invalid_request_error' },
   permission_denied: { status: 403, type: 'permission_error' },
   not_found: { status: 404, type: 'invalid_request_error' },
   model_not_found: { status: 404, type: 'invalid_request_error' },

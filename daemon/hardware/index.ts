@@ -26,7 +26,21 @@ export interface HardwareFacts {
 }
 
 /** CPU features that decide which llama.cpp kernels run fast. */
-const INTERESTING_FLAGS = ['sse4_2', 'avx', 'avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'neon', 'asimd', 'sve'];
+const INTERESTING_FLAGS = [
+  'sse4_2',
+  'avx',
+  'avx2',
+  'fma',
+  'f16c',
+  'avx512f',
+  'avx512bw',
+  'avx512_vnni',
+  'avx_vnni',
+  'amx_tile',
+  'neon',
+  'asimd',
+  'sve',
+];
 
 function readText(path: string): string | null {
   try {
@@ -75,7 +89,12 @@ async function nvidiaGpus(): Promise<GpuFacts[]> {
     .filter(Boolean)
     .map((line) => {
       const [name = 'NVIDIA GPU', total = '0', free = '0'] = line.split(',').map((s) => s.trim());
-      return { name, vramTotalBytes: Number(total) * 1024 * 1024, vramFreeBytes: Number(free) * 1024 * 1024, source: 'nvidia-smi' as const };
+      return {
+        name,
+        vramTotalBytes: Number(total) * 1024 * 1024,
+        vramFreeBytes: Number(free) * 1024 * 1024,
+        source: 'nvidia-smi' as const,
+      };
     });
 }
 
@@ -92,7 +111,11 @@ export async function probeHardware(llama: Llama | null): Promise<HardwareFacts>
   // nvidia-smi sees GPUs even when the loaded llama.cpp backend cannot use them: report both.
   const fromSmi = await nvidiaGpus();
   return {
-    ram: { totalBytes: mem.total, availableBytes: limit === null ? mem.available : Math.min(mem.available, limit), cgroupLimitBytes: limit },
+    ram: {
+      totalBytes: mem.total,
+      availableBytes: limit === null ? mem.available : Math.min(mem.available, limit),
+      cgroupLimitBytes: limit,
+    },
     cpu: cpuFacts(),
     gpus: [...fromLlama, ...fromSmi],
     accelerator: llama ? llama.gpu : false,

@@ -4,7 +4,7 @@ import { isSovereign } from '../config/index.js';
 import type { ModelCatalog, Readiness } from '../models/index.js';
 
 export interface HealthReport {
-  status: 'ok' | 'degraded' | 'draining';
+  status: 'ok' | 'degraded';
   posture: Config['posture'];
   region: string;
   sovereign: boolean;
@@ -14,7 +14,7 @@ export interface HealthReport {
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
 }
 
-export function healthReport(config: Config, catalog: ModelCatalog, state: { draining: boolean; startedAt: number }): HealthReport {
+export function healthReport(config: Config, catalog: ModelCatalog, state: { startedAt: number }): HealthReport {
   const models = catalog.all().map((m) => ({
     id: m.id,
     capability: m.capability,
@@ -23,7 +23,7 @@ export function healthReport(config: Config, catalog: ModelCatalog, state: { dra
   }));
   const degraded = models.some((m) => m.readiness === 'failed');
   return {
-    status: state.draining ? 'draining' : degraded ? 'degraded' : 'ok',
+    status: degraded ? 'degraded' : 'ok',
     posture: config.posture,
     region: config.region,
     sovereign: isSovereign(config.posture),

@@ -23,7 +23,7 @@ export interface RouteDeclaration {
   /** The capability the body's `model` must have; the resolve-model stage enforces it. */
   capability?: Capability;
   /** Upper bound of the tokens a call may use, reserved before the engine runs (metered postures). */
-  tokens?: (body: unknown) => number;
+  tokens?: (body: unknown, contextTokens: number | undefined) => number;
 }
 
 declare module 'fastify' {

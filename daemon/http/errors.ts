@@ -1,5 +1,6 @@
 // Every error leaves in OpenAI's shape with the right status: ours (ApiError), fastify's (validation, body
 // parsing, media type), Node's HTTP parser's (malformed requests), and anything unexpected (500, no stack).
+import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, MESSAGES } from '../errors/index.js';
@@ -93,7 +94,9 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: A
  * lines, header overflow, timeouts). They still get our headers and our error shape.
  */
 export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, headers: Record<string, string>): void {
-  if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || !socket.writable) {
+  // A response already under way on this socket must not get a second status line in the middle of it.
+  const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+  if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || !socket.writable || inProgress) {
     socket.destroy();
     return;
   }
@@ -104,6 +107,10 @@ export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, hea
     status = 431;
     reason = 'Request Header Fields Too Large';
     message = 'The request headers are too large. Send smaller headers.';
+  } else if (err.code === 'CONNECT') {
+    status = 405;
+    reason = 'Method Not Allowed';
+    message = 'CONNECT is not supported: this is an API server, not a proxy.';
   } else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     status = 408;
     reason = 'Request Timeout';
@@ -118,4 +125,16 @@ export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, hea
     ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
   ];
   socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
+}
+
+/** An error written straight to a Node response, for the few events that never reach fastify. */
+export function writeResponseError(res: ServerResponse, status: number, message: string, headers: Record<string, string>): void {
+  const body = JSON.stringify(new ApiError('invalid_request_error', message).toBody());
+  res.writeHead(status, {
+    ...headers,
+    'Content-Type': 'application/json; charset=utf-8',
+    'Content-Length': Buffer.byteLength(body),
+    Connection: 'close',
+  });
+  res.end(body);
 }

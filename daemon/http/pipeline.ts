@@ -10,7 +10,7 @@
 //   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
 //   6. limit tokens      metered          429 rate_limit_exceeded (tokens), reserved before the engine runs
 //   7. handler           the engine call
-//   8. settle tokens     metered          the reservation becomes the real usage
+//   8. settle tokens     metered          when the call ends (even abandoned), the reservation becomes real usage
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticate } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
@@ -20,6 +20,7 @@ import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import { newCallContext, type RouteDeclaration } from './context.js';
+import { onCallEnd } from './lifetime.js';
 
 export interface DaemonState {
   draining: boolean;
@@ -38,7 +39,7 @@ export interface PipelineDeps {
   fixedHeaders: Record<string, string>;
 }
 
-type Hook = 'onRequest' | 'preHandler' | 'onResponse';
+type Hook = 'onRequest' | 'preHandler';
 
 export interface Stage {
   name: string;
@@ -84,12 +85,11 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
     {
       name: 'admit',
       hook: 'onRequest',
-      async run(_request, reply) {
+      async run(request, reply) {
         if (!deps.gate.tryEnter()) {
           throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
         }
-        // 'close' fires once whether the response finished or the client went away.
-        reply.raw.once('close', () => deps.gate.leave());
+        onCallEnd(request, reply, () => deps.gate.leave());
       },
     },
     {
@@ -126,20 +126,12 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
         const estimate = declarationOf(request)?.tokens;
         const quota = request.call.quota;
         if (!estimate || !quota) return;
-        const tokens = Math.max(1, Math.ceil(estimate(request.body)));
+        const tokens = Math.max(1, Math.ceil(estimate(request.body, request.call.model?.contextTokens)));
         reply.headers(deps.limits.reserveTokens(quota, tokens));
         request.call.reservedTokens = tokens;
-      },
-    },
-    metered && {
-      name: 'settle tokens',
-      hook: 'onResponse',
-      async run(request, reply) {
-        const { quota, reservedTokens, usedTokens } = request.call;
-        if (!quota || reservedTokens === 0) return;
-        // A call that failed before the engine reported usage used nothing.
-        const used = usedTokens ?? (reply.statusCode >= 400 ? 0 : reservedTokens);
-        deps.limits.settleTokens(quota, reservedTokens, used);
+        // Stage 8, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the engine
+        // reports it used (an engine reports even for aborted work; a call that never reached one used nothing).
+        onCallEnd(request, reply, () => deps.limits.settleTokens(quota, tokens, request.call.usedTokens ?? 0));
       },
     },
   ];

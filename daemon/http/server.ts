@@ -1,11 +1,12 @@
 // Builds the fastify application: the pipeline's hooks, the routes, and the error handling that keeps every
 // response in OpenAI's shape with our headers. It listens nowhere; the service decides where.
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { ApiError } from '../errors/index.js';
 import { registerJsonBody } from './body.js';
-import { sendError, toApiError, writeClientError } from './errors.js';
+import { sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
 import { identifyStage, registerStages, v1Stages, type PipelineDeps } from './pipeline.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerEmbeddingsRoute } from './routes/embeddings.js';
@@ -21,8 +22,9 @@ const newRequestId = () => `req_${randomUUID().replaceAll('-', '')}`;
 
 export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstance {
   const { config } = deps;
+  // Node answers a request without Host with a bare 400 of its own; we answer everything ourselves.
   const app = Fastify({
-    ...(options.https ? { https: options.https } : {}),
+    ...(options.https ? { https: { ...options.https, requireHostHeader: false } } : { http: { requireHostHeader: false } }),
     logger: options.logger,
     disableRequestLogging: !config.log.requests,
     bodyLimit: config.limits.bodyBytes,
@@ -45,6 +47,13 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
 
   registerJsonBody(app);
   registerStages(app, [identifyStage(deps)]);
+  guardServer(app, deps);
+
+  // A response sent before its request body was read (401, 429, 503, 404 on a POST) closes the connection, so the
+  // client cannot make the daemon read and discard a body it never accepted.
+  app.addHook('onSend', async (request, reply) => {
+    if (!request.raw.complete) reply.header('connection', 'close');
+  });
 
   // Path → methods, to tell "wrong method" (405) from "no such route" (404).
   const methodsByPath = new Map<string, Set<string>>();
@@ -83,7 +92,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
     );
   });
 
-  registerLivenessRoute(app, deps);
+  registerLivenessRoute(app);
   void app.register(
     async (v1) => {
       registerStages(v1, v1Stages(deps));
@@ -94,4 +103,25 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
     { prefix: '/v1' },
   );
   return app;
+}
+
+/** Node-level events fastify does not route: they still get our headers and error shape. */
+function guardServer(app: FastifyInstance, deps: PipelineDeps): void {
+  const server = app.server;
+  const headers = () => ({ ...deps.fixedHeaders, 'X-Request-Id': newRequestId() });
+  // The whole request, body included, must arrive within timeouts.requestMs (Node would otherwise wait for
+  // whichever of its two timeouts is longer).
+  server.headersTimeout = deps.config.timeouts.requestMs;
+  // Only a caller with a valid key is invited to send its body.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    const match = /^Bearer +(\S+) *$/i.exec(req.headers.authorization ?? '');
+    if (match && deps.keys.authenticate(match[1]!)) res.writeContinue();
+    server.emit('request', req, res);
+  });
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    writeResponseError(res, 417, 'Unsupported Expect header: only "100-continue" is understood. Remove the header.', headers());
+  });
+  server.on('connect', (_req: IncomingMessage, socket: Socket) => {
+    writeClientError(Object.assign(new Error('CONNECT'), { code: 'CONNECT' }), socket, headers());
+  });
 }

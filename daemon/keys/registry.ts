@@ -72,7 +72,7 @@ export class KeyRegistry {
   }
 
   createProject(name: string): ProjectRecord {
-    if (!PROJECT_NAME.test(name)) {
+    if (!PROJECT_NAME.test(name) || name.startsWith('proj_')) {
       throw new KeysError(
         'invalid',
         `project name '${name}' must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit`,

@@ -19,6 +19,8 @@ export interface ServedModel {
   /** Seconds since the epoch, as OpenAI's `created`. */
   created: number;
   readiness: Readiness;
+  /** The context it is served with, in tokens: no call can use more. */
+  contextTokens?: number;
   /** Why the model is not ready, for health and the operator. */
   detail?: string;
   /** Starts loading an `unloaded` model. */

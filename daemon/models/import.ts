@@ -57,7 +57,9 @@ export async function importModel(options: {
   const pin = verifier.pin(entry.id);
   const expectedSize = entry.size ?? null;
   if (expectedSize !== null && size !== expectedSize) {
-    throw new ImportError(`${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`);
+    throw new ImportError(
+      `${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`,
+    );
   }
 
   mkdirSync(modelsDir, { recursive: true });
@@ -71,7 +73,7 @@ export async function importModel(options: {
     for await (const chunk of createReadStream(source, { highWaterMark: 4 * 1024 * 1024 })) {
       const buffer = chunk as Buffer;
       hash.update(buffer);
-      for (let off = 0; off < buffer.length; ) off += writeSync(fd, buffer, off);
+      for (let off = 0; off < buffer.length;) off += writeSync(fd, buffer, off);
       done += buffer.length;
       if (onProgress && (done - lastReport > 256 * 1024 * 1024 || done === size)) {
         lastReport = done;
@@ -90,7 +92,9 @@ export async function importModel(options: {
   const expectedSha = entry.sha256 ?? null;
   if (expectedSha !== null && sha256 !== expectedSha) {
     rmSync(temporary, { force: true });
-    throw new ImportError(`SHA-256 of ${basename(source)} is ${sha256}; the manifest says '${entry.id}' is ${expectedSha}. The file is altered or another model; nothing was imported.`);
+    throw new ImportError(
+      `SHA-256 of ${basename(source)} is ${sha256}; the manifest says '${entry.id}' is ${expectedSha}. The file is altered or another model; nothing was imported.`,
+    );
   }
   if (expectedSha === null && pin && pin.sha256 !== sha256) {
     rmSync(temporary, { force: true });

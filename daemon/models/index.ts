@@ -1,5 +1,14 @@
 export { ModelCatalog, type Readiness, type ServedModel } from './catalog.js';
 export { assessModels, type Availability, type ModelStatus } from './inventory.js';
-export { CAPABILITIES, loadManifest, ManifestError, servingContextOf, type Capability, type EngineName, type Manifest, type ManifestEntry } from './manifest.js';
+export {
+  CAPABILITIES,
+  loadManifest,
+  ManifestError,
+  servingContextOf,
+  type Capability,
+  type EngineName,
+  type Manifest,
+  type ManifestEntry,
+} from './manifest.js';
 export { hashFile, ModelVerifier, type Pin } from './verify.js';
 export { importModel, ImportError, type ImportResult } from './import.js';

@@ -4,7 +4,6 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Llama } from 'node-llama-cpp';
 import type { HardwareFacts } from '../hardware/index.js';
-import { estimateRam } from './fit.js';
 import type { EngineName, Manifest, ManifestEntry } from './manifest.js';
 import type { ModelVerifier, Progress } from './verify.js';
 
@@ -37,7 +36,8 @@ export interface AssessOptions {
   manifest: Manifest;
   modelsDir: string;
   verifier: ModelVerifier;
-  llama: Llama;
+  /** The llama.cpp runtime, started only if a model gets as far as the fit check. */
+  llama: () => Promise<Llama>;
   hardware: HardwareFacts;
   headroomBytes: number;
   parallel: number;
@@ -93,7 +93,10 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
       continue;
     }
     if (expectedSha === null) {
-      set('not_pinned', `no checksum is known for it: run 'sovereign models import ${entry.file} --id ${entry.id}' to verify and record it`);
+      set(
+        'not_pinned',
+        `no checksum is known for it: run 'sovereign models import ${entry.file} --id ${entry.id}' to verify and record it`,
+      );
       continue;
     }
     const { sha256 } = await options.verifier.sha256(path, options.onHashProgress?.(entry.id));
@@ -104,12 +107,16 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
     status.verified = true;
     if (entry.needs.gpuRequired && (hardware.gpus.length === 0 || freeVram < entry.needs.vramBytes)) {
       status.fits = false;
-      set('gpu_required', `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${hardware.gpus.length ? gib(freeVram) : 'no GPU'}`);
+      set(
+        'gpu_required',
+        `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${hardware.gpus.length ? gib(freeVram) : 'no GPU'}`,
+      );
       continue;
     }
     let estimate;
     try {
-      estimate = await estimateRam(entry, path, options.llama, options.parallel);
+      const { estimateRam } = await import('./fit.js');
+      estimate = await estimateRam(entry, path, await options.llama(), options.parallel);
     } catch (err) {
       set('unreadable', `cannot read it as a model: ${(err as Error).message}`);
       continue;

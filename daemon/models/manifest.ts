@@ -72,7 +72,7 @@ const manifestSchema = {
   properties: { $comment: { type: 'string' }, models: { type: 'array', items: entrySchema } },
 } as const;
 
-const validate = new Ajv({ allErrors: true }).compile(manifestSchema);
+const validate = new Ajv({ allErrors: true }).compile<Manifest>(manifestSchema);
 
 export class ManifestError extends Error {
   constructor(path: string, problems: string[]) {
@@ -91,10 +91,13 @@ export function loadManifest(path: string): Manifest {
   if (!validate(parsed)) {
     throw new ManifestError(
       path,
-      (validate.errors ?? []).map((e) => `${e.instancePath || '(root)'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` ('${String(e.params.additionalProperty)}')` : ''}`),
+      (validate.errors ?? []).map(
+        (e) =>
+          `${e.instancePath || '(root)'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` ('${String(e.params.additionalProperty)}')` : ''}`,
+      ),
     );
   }
-  const manifest = parsed as Manifest;
+  const manifest: Manifest = parsed;
   const problems: string[] = [];
   const ids = new Set<string>();
   const files = new Set<string>();

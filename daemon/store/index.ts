@@ -1,7 +1,7 @@
 // One lmdb environment under the data dir holds every store (projects, keys, and later the audit log and
 // documents), each in its own named database. lmdb is safe to share between processes, which is what lets the
 // CLI change keys while the daemon runs: a write commits durably and the daemon's next read sees it.
-import { mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 
@@ -20,6 +20,10 @@ export function openStore(dataDir: string): Store {
     root = open({ path, maxDbs: 32, compression: false });
   } catch (err) {
     throw new Error(`cannot open the state database at ${path}: ${(err as Error).message}`);
+  }
+  // Key hashes and the audit log are nobody else's business, whatever the umask was.
+  for (const file of [dataDir, path, `${path}-lock`]) {
+    if (existsSync(file)) chmodSync(file, file === dataDir ? 0o700 : 0o600);
   }
   const opened = new Map<string, Database<unknown, string>>();
   return {

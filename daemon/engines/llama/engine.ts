@@ -16,7 +16,7 @@ import {
 } from 'node-llama-cpp';
 import { ApiError } from '../../errors/index.js';
 import { servingContextOf, type ManifestEntry } from '../../models/index.js';
-import type { ChatEngine, ChatRequest, ChatResult, EmbeddingEngine, EmbeddingResult, ToolCall } from '../index.js';
+import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, EmbeddingEngine, EmbeddingResult, ToolCall } from '../index.js';
 import { Slots } from '../slots.js';
 import { toHistory } from './history.js';
 
@@ -49,7 +49,11 @@ type Host = ChatHost | EmbeddingHost;
 const newCallId = () => `call_${randomBytes(12).toString('base64url')}`;
 
 function schemaError(param: string, err: unknown): ApiError {
-  return new ApiError('invalid_request_error', `The JSON schema in '${param}' cannot be enforced: ${(err as Error).message}. Use a simpler schema.`, { param });
+  return new ApiError(
+    'invalid_request_error',
+    `The JSON schema in '${param}' cannot be enforced: ${(err as Error).message}. Use a simpler schema.`,
+    { param },
+  );
 }
 
 export class LlamaEngine implements ChatEngine, EmbeddingEngine {
@@ -103,18 +107,25 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     return host as Extract<Host, { kind: K }>;
   }
 
-  async chat(modelId: string, request: ChatRequest, onText: (text: string) => void, signal: AbortSignal): Promise<ChatResult> {
+  async chat(modelId: string, request: ChatRequest, { onText, signal, onUsage }: ChatCallOptions): Promise<ChatResult> {
     const host = this.host(modelId, 'chat');
     const release = await host.slots.acquire(signal);
     const sequence = host.context.getSequence();
     const chat = new LlamaChat({ contextSequence: sequence, autoDisposeSequence: false });
     try {
       const history = toHistory(request.messages);
-      const forcedTool = request.tools?.length && request.toolChoice !== undefined && request.toolChoice !== 'none' && request.toolChoice !== 'auto';
+      const forcedTool =
+        request.tools?.length && request.toolChoice !== undefined && request.toolChoice !== 'none' && request.toolChoice !== 'auto';
       const autoTools = request.tools?.length && (request.toolChoice === undefined || request.toolChoice === 'auto');
       const functions: ChatModelFunctions | undefined = autoTools
         ? Object.fromEntries(
-            request.tools!.map((t) => [t.name, { ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { params: t.parameters as GbnfJsonSchema } : {}) }]),
+            request.tools!.map((t) => [
+              t.name,
+              {
+                ...(t.description ? { description: t.description } : {}),
+                ...(t.parameters ? { params: t.parameters as GbnfJsonSchema } : {}),
+              },
+            ]),
           )
         : undefined;
 
@@ -148,9 +159,18 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
       const usage = { promptTokens: meter.usedInputTokens, completionTokens: meter.usedOutputTokens };
       if (forcedTool) {
         const call = toolGrammar!.parse(response.response) as unknown as { name: string; arguments: unknown };
-        return { content: '', toolCalls: [{ id: newCallId(), name: call.name, arguments: JSON.stringify(call.arguments) }], finishReason: 'tool_calls', usage };
+        return {
+          content: '',
+          toolCalls: [{ id: newCallId(), name: call.name, arguments: JSON.stringify(call.arguments) }],
+          finishReason: 'tool_calls',
+          usage,
+        };
       }
-      const toolCalls: ToolCall[] = (response.functionCalls ?? []).map((c) => ({ id: newCallId(), name: c.functionName, arguments: JSON.stringify(c.params ?? {}) }));
+      const toolCalls: ToolCall[] = (response.functionCalls ?? []).map((c) => ({
+        id: newCallId(),
+        name: c.functionName,
+        arguments: JSON.stringify(c.params ?? {}),
+      }));
       const stop = response.metadata.stopReason;
       return {
         content: response.response,
@@ -159,6 +179,8 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
         usage,
       };
     } finally {
+      const meter = sequence.tokenMeter.getState();
+      onUsage?.({ promptTokens: meter.usedInputTokens, completionTokens: meter.usedOutputTokens });
       chat.dispose();
       await sequence.dispose();
       release();
@@ -166,7 +188,12 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
   }
 
   /** Tokens of the rendered prompt (the chat template applied to the history), to refuse prompts that cannot fit. */
-  private countPromptUpperBound(host: ChatHost, chat: LlamaChat, history: ChatHistoryItem[], functions: ChatModelFunctions | undefined): number {
+  private countPromptUpperBound(
+    host: ChatHost,
+    chat: LlamaChat,
+    history: ChatHistoryItem[],
+    functions: ChatModelFunctions | undefined,
+  ): number {
     const { contextText } = chat.chatWrapper.generateContextState({
       chatHistory: history,
       ...(functions ? { availableFunctions: functions, documentFunctionParams: true } : {}),
@@ -195,7 +222,9 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     const choice = request.toolChoice;
     const tools = typeof choice === 'object' ? request.tools!.filter((t) => t.name === choice.name) : request.tools!;
     if (!tools.length) {
-      throw new ApiError('invalid_request_error', `tool_choice names '${(choice as { name: string }).name}', which is not in 'tools'.`, { param: 'tool_choice' });
+      throw new ApiError('invalid_request_error', `tool_choice names '${(choice as { name: string }).name}', which is not in 'tools'.`, {
+        param: 'tool_choice',
+      });
     }
     const options = tools.map((t) => ({
       type: 'object',
@@ -216,10 +245,17 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
         const tokens = typeof input === 'string' ? host.model.tokenize(input) : input;
         if (typeof input !== 'string') {
           const bad = input.find((t) => t >= vocabulary);
-          if (bad !== undefined) throw new ApiError('invalid_request_error', `input[${i}] has token ${bad}, outside this model's vocabulary of ${vocabulary}.`, { param: 'input' });
+          if (bad !== undefined)
+            throw new ApiError('invalid_request_error', `input[${i}] has token ${bad}, outside this model's vocabulary of ${vocabulary}.`, {
+              param: 'input',
+            });
         }
         if (tokens.length > host.contextSize) {
-          throw new ApiError('invalid_request_error', `input[${i}] is ${tokens.length} tokens; this model embeds at most ${host.contextSize}. Split it.`, { param: 'input' });
+          throw new ApiError(
+            'invalid_request_error',
+            `input[${i}] is ${tokens.length} tokens; this model embeds at most ${host.contextSize}. Split it.`,
+            { param: 'input' },
+          );
         }
         promptTokens += tokens.length;
         const embedding = await host.context.getEmbeddingFor(tokens as Parameters<LlamaEmbeddingContext['getEmbeddingFor']>[0]);

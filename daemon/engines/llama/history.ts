@@ -42,9 +42,13 @@ export function toHistory(messages: ChatMessage[]): ChatHistoryItem[] {
       }
       case 'tool':
         if (!m.toolCallId || !answered.has(m.toolCallId)) {
-          throw new ApiError('invalid_request_error', `messages[${i}] answers tool_call_id '${m.toolCallId ?? ''}', which no earlier assistant message called.`, {
-            param: `messages[${i}].tool_call_id`,
-          });
+          throw new ApiError(
+            'invalid_request_error',
+            `messages[${i}] answers tool_call_id '${m.toolCallId ?? ''}', which no earlier assistant message called.`,
+            {
+              param: `messages[${i}].tool_call_id`,
+            },
+          );
         }
         return;
     }

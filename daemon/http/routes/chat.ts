@@ -1,11 +1,11 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ChatEngine, ChatMessage, ChatRequest, ChatResult } from '../../engines/index.js';
+import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
-import { abortOnDisconnect } from './abort.js';
+import { abortOnDisconnect } from '../lifetime.js';
 import { chatCompletionBody } from './schemas.js';
 
 type ContentPart = { type: string; text?: string };
@@ -95,12 +95,33 @@ export function toChatRequest(body: ChatBody): ChatRequest {
   return request;
 }
 
-/** Upper bound on a call's tokens before tokenizing: UTF-8 bytes bound the prompt's tokens from above. */
-function estimateTokens(raw: unknown): number {
+/**
+ * Upper bound on a call's tokens before tokenizing: a token is at least one UTF-8 byte, so the bytes of every text
+ * the template will render (plus a margin per message for the template itself) bound the prompt; the completion is
+ * bounded by max_tokens. Neither can exceed the model's context.
+ */
+function estimateTokens(raw: unknown, context: number | undefined): number {
   const body = raw as ChatBody;
   let bytes = 0;
-  for (const m of body.messages) bytes += Buffer.byteLength(typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? ''));
-  return bytes + (body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS);
+  const text = (s: string | undefined) => (bytes += s ? Buffer.byteLength(s) : 0);
+  for (const m of body.messages) {
+    bytes += 16;
+    if (typeof m.content === 'string') text(m.content);
+    else for (const part of m.content ?? []) text(part.text);
+    for (const call of m.tool_calls ?? []) {
+      text(call.function.name);
+      text(call.function.arguments);
+    }
+  }
+  // A tool's schema is rendered into the prompt too; its JSON is never deep enough to matter, but is not walked
+  // either (a deeply nested body must not cost a stack overflow here).
+  for (const tool of body.tools ?? []) {
+    text(tool.function.name);
+    text(tool.function.description);
+    bytes += 256;
+  }
+  const completion = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
+  return context ? Math.min(bytes, context) + Math.min(completion, context) : bytes + completion;
 }
 
 function usageObject(result: ChatResult) {
@@ -128,11 +149,11 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const { engine, modelId } = engineFor(deps, request);
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
-      const signal = abortOnDisconnect(reply);
-      if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal });
+      const signal = abortOnDisconnect(request, reply);
+      const onUsage = (u: Usage) => (request.call.usedTokens = u.promptTokens + u.completionTokens);
+      if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage });
 
-      const result = await engine.chat(modelId, chatRequest, () => {}, signal);
-      request.call.usedTokens = result.usage.promptTokens + result.usage.completionTokens;
+      const result = await engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
       return {
         id,
         object: 'chat.completion',
@@ -172,19 +193,23 @@ interface StreamArgs {
   id: string;
   created: number;
   signal: AbortSignal;
+  onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
 }
 
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): FastifyReply {
-  const { engine, modelId, chatRequest, id, created, signal } = args;
+  const { engine, modelId, chatRequest, id, created, signal, onUsage } = args;
   const out = new PassThrough();
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
     out.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
 
   chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
   engine
-    .chat(modelId, chatRequest, (text) => chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]), signal)
+    .chat(modelId, chatRequest, {
+      onText: (text) => chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]),
+      signal,
+      onUsage,
+    })
     .then((result) => {
-      request.call.usedTokens = result.usage.promptTokens + result.usage.completionTokens;
       if (result.toolCalls.length) {
         chunk([
           {

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
-import { abortOnDisconnect } from './abort.js';
+import { abortOnDisconnect } from '../lifetime.js';
 import { embeddingsBody } from './schemas.js';
 
 interface EmbeddingsBody {
@@ -19,9 +19,12 @@ function inputsOf(input: EmbeddingsBody['input']): Array<string | number[]> {
   return input as Array<string | number[]>;
 }
 
-function estimateTokens(raw: unknown): number {
+function estimateTokens(raw: unknown, context: number | undefined): number {
   let total = 0;
-  for (const item of inputsOf((raw as EmbeddingsBody).input)) total += typeof item === 'string' ? Buffer.byteLength(item) : item.length;
+  for (const item of inputsOf((raw as EmbeddingsBody).input)) {
+    const tokens = typeof item === 'string' ? Buffer.byteLength(item) : item.length;
+    total += context ? Math.min(tokens, context) : tokens;
+  }
   return total;
 }
 
@@ -63,7 +66,7 @@ export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps)
           });
         }
       }
-      const result = await engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(reply));
+      const result = await engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(request, reply));
       request.call.usedTokens = result.promptTokens;
       const base64 = request.body.encoding_format === 'base64';
       return {

@@ -9,8 +9,9 @@ import type { PipelineDeps } from '../pipeline.js';
 const AUTHENTICATED = { config: { declaration: { auth: true } } };
 
 /** Liveness for supervisors, outside /v1 and without a key: says nothing an outsider could use. */
-export function registerLivenessRoute(root: FastifyInstance, deps: PipelineDeps): void {
-  root.get('/healthz', async () => ({ status: deps.state.draining ? 'draining' : 'alive' }));
+export function registerLivenessRoute(root: FastifyInstance): void {
+  // While draining, the identify stage already answers 503: a supervisor sees the process going away.
+  root.get('/healthz', async () => ({ status: 'alive' }));
 }
 
 export function registerServiceRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
