@@ -1,7 +1,10 @@
 // Starting and stopping: the appliance posture's certificate rule, and SIGTERM with calls in flight.
+import { execFileSync, spawn } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import t from 'tap';
-import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { BIN, cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { selfSignedCert } from './helpers/tls.js';
 
@@ -114,4 +117,33 @@ t.test('past limits.maxInFlight a call gets 503 server_overloaded with Retry-Aft
   t.same(await Promise.all(held.map((h) => h.done)), [404, 404], 'the held calls finish normally');
   const after = await request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
   t.equal(after.status, 200, 'capacity is released when calls end');
+});
+
+t.test('SIGTERM still drains and exits 0 when the log pipe is gone (as after `serve | head`)', async (t) => {
+  // A real pipe (a FIFO): Node's own child stdio is a socket pair, which fails differently.
+  const fifo = `${dataDir}/log.fifo`;
+  execFileSync('mkfifo', [fifo]);
+  const readFd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+  const writeFd = openSync(fifo, 'w');
+  const proc = spawn(BIN, ['serve', '--port', '0', '--data-dir', dataDir], { stdio: ['ignore', writeFd, 'ignore'] });
+  closeSync(writeFd);
+  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+  t.teardown(() => {
+    if (proc.exitCode === null) proc.kill('SIGKILL');
+  });
+  const reader = new net.Socket({ fd: readFd, readable: true, writable: false });
+  await new Promise<void>((resolve) => {
+    let seen = '';
+    reader.on('data', (d) => {
+      seen += d.toString();
+      // Close the pipe once boot has logged everything, so the first write that fails is the shutdown's own log
+      // line, inside the signal handler (what `sovereign serve | head -3` does).
+      if (seen.includes('hardware probed')) resolve();
+    });
+  });
+  reader.destroy();
+  await new Promise((r) => setTimeout(r, 200));
+  proc.kill('SIGTERM');
+  const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('still running'), 10_000))]);
+  t.equal(code, 0, 'exit code 0 within seconds');
 });

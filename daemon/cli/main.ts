@@ -41,7 +41,9 @@ export async function main(argv: string[]): Promise<number> {
   const json = rest.includes('--json');
   try {
     if (!command) throw new UsageError(`unknown command '${name}'`);
-    return await (await command())(rest);
+    return await (
+      await command()
+    )(rest);
   } catch (err) {
     if (err instanceof UsageError) {
       report(json, 'usage', `${err.message}\nRun 'sovereign ${known ? `${name} ` : ''}--help' for usage.`);

@@ -24,12 +24,15 @@ export async function serveCommand(argv: string[]): Promise<number> {
   if (positionals.length) throw new UsageError(`unexpected argument '${positionals[0]}'`);
   const { config } = loadConfig(configFlags(values));
   const daemon = await startDaemon(config);
+  // A closed stdout must not take the daemon down: log lines are dropped instead (see daemon/log).
+  process.stdout.on('error', () => {});
   if (values.json) process.stdout.write(`${JSON.stringify({ event: 'listening', url: daemon.url, posture: config.posture })}\n`);
 
   return new Promise<number>((resolve) => {
     const stop = (signal: NodeJS.Signals) => {
+      const closing = daemon.close();
       daemon.app.log.info({ signal }, 'draining in-flight calls');
-      daemon.close().then(
+      closing.then(
         () => resolve(0),
         (err: unknown) => {
           daemon.app.log.error({ err }, 'shutdown failed');

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { ApiError } from '../errors/index.js';
 import { registerJsonBody } from './body.js';
 import { sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
@@ -26,7 +26,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   const app = Fastify({
     ...(options.https ? { https: { ...options.https, requireHostHeader: false } } : { http: { requireHostHeader: false } }),
     logger: options.logger,
-    disableRequestLogging: !config.log.requests,
+    logController: new LogController({ disableRequestLogging: !config.log.requests }),
     bodyLimit: config.limits.bodyBytes,
     requestTimeout: config.timeouts.requestMs,
     keepAliveTimeout: config.timeouts.keepAliveMs,

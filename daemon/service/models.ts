@@ -48,7 +48,14 @@ export function startModels(options: {
   // Files that are present are 'loading' (being verified) from the first moment, so calls get 503, not 404.
   const candidates = manifest.models.filter((e) => BUILT_IN_ENGINES.has(e.engine as 'llama.cpp') && existsSync(join(dir, e.file)));
   for (const entry of candidates) {
-    catalog.set({ id: entry.id, capability: entry.capability, ownedBy: entry.ownedBy, created: 0, readiness: 'loading', detail: 'verifying' });
+    catalog.set({
+      id: entry.id,
+      capability: entry.capability,
+      ownedBy: entry.ownedBy,
+      created: 0,
+      readiness: 'loading',
+      detail: 'verifying',
+    });
   }
 
   let llama: Promise<Llama> | undefined;
@@ -106,7 +113,9 @@ export function startModels(options: {
       catalog.remove(s.id);
       if (s.state !== 'missing') log.warn({ model: s.id, state: s.state, reason: s.reason }, 'model not listed');
     }
-    const available = statuses.filter((s) => s.state === 'available').map((s) => ({ s, entry: manifest.models.find((m) => m.id === s.id)! }));
+    const available = statuses
+      .filter((s) => s.state === 'available')
+      .map((s) => ({ s, entry: manifest.models.find((m) => m.id === s.id)! }));
     for (const { s, entry } of available) {
       let loading: Promise<void> | undefined;
       catalog.set({

@@ -4,6 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import {
   LlamaChat,
+  resolveChatWrapper,
+  type ChatWrapper,
   type ChatHistoryItem,
   type ChatModelFunctions,
   type GbnfJsonSchema,
@@ -31,6 +33,8 @@ interface ChatHost {
   kind: 'chat';
   model: LlamaModel;
   context: LlamaContext;
+  /** Resolved once from the GGUF's chat template: resolving it per call costs hundreds of milliseconds. */
+  chatWrapper: ChatWrapper;
   slots: Slots;
 }
 
@@ -82,7 +86,13 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
         });
       } else {
         const context = await model.createContext({ contextSize, sequences: this.options.parallel, threads: this.options.threads });
-        this.hosts.set(entry.id, { kind: 'chat', model, context, slots: new Slots(this.options.parallel, this.options.queue, label) });
+        this.hosts.set(entry.id, {
+          kind: 'chat',
+          model,
+          context,
+          chatWrapper: resolveChatWrapper(model),
+          slots: new Slots(this.options.parallel, this.options.queue, label),
+        });
       }
     } catch (err) {
       await model.dispose();
@@ -111,7 +121,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     const host = this.host(modelId, 'chat');
     const release = await host.slots.acquire(signal);
     const sequence = host.context.getSequence();
-    const chat = new LlamaChat({ contextSequence: sequence, autoDisposeSequence: false });
+    const chat = new LlamaChat({ contextSequence: sequence, chatWrapper: host.chatWrapper, autoDisposeSequence: false });
     try {
       const history = toHistory(request.messages);
       const forcedTool =
@@ -129,7 +139,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           )
         : undefined;
 
-      const promptTokens = this.countPromptUpperBound(host, chat, history, functions);
+      const promptTokens = this.countPromptUpperBound(host, chat, request, history, functions);
       const room = host.context.contextSize - promptTokens;
       if (room <= 0) {
         throw new ApiError(
@@ -187,13 +197,23 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     }
   }
 
-  /** Tokens of the rendered prompt (the chat template applied to the history), to refuse prompts that cannot fit. */
+  /**
+   * An upper bound on the rendered prompt's tokens, to refuse prompts that cannot fit. Every token is at least one
+   * byte, so the UTF-8 bytes of the texts plus a generous allowance per message for the template bound it without
+   * rendering anything; only when that bound comes near the context is the template rendered and tokenized.
+   */
   private countPromptUpperBound(
     host: ChatHost,
     chat: LlamaChat,
+    request: ChatRequest,
     history: ChatHistoryItem[],
     functions: ChatModelFunctions | undefined,
   ): number {
+    if (!functions && request.messages.every((m) => !m.toolCalls?.length)) {
+      let bytes = 0;
+      for (const m of request.messages) bytes += 32 + Buffer.byteLength(m.content);
+      if (bytes < host.context.contextSize / 2) return bytes;
+    }
     const { contextText } = chat.chatWrapper.generateContextState({
       chatHistory: history,
       ...(functions ? { availableFunctions: functions, documentFunctionParams: true } : {}),
