@@ -204,6 +204,31 @@ t.test('tools: a required or named tool call comes back as tool_calls with argum
   t.equal(namedCall.function.name, 'get_time');
   t.ok(['Riyadh', 'Jeddah'].includes(JSON.parse(namedCall.function.arguments).city));
 
+  const cut = await client.chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'time?' }],
+    tools,
+    tool_choice: { type: 'function', function: { name: 'get_time' } },
+    max_tokens: 4,
+  });
+  t.equal(cut.choices[0].finish_reason, 'length', 'a tool call cut off by max_tokens is reported as such, not a 500');
+  t.equal(cut.choices[0].message.tool_calls?.length, 1);
+
+  // A schema nested far deeper than any real one must not overflow a stack into a 500.
+  let deep: Record<string, unknown> = { type: 'string' };
+  for (let i = 0; i < 20_000; i++) deep = { type: 'object', properties: { a: deep } };
+  const badSchema = await client.chat.completions
+    .create({
+      model: 'tiny-chat',
+      messages: [{ role: 'user', content: 'x' }],
+      max_tokens: 2,
+      tools: [{ type: 'function', function: { name: 'f', parameters: deep } }],
+    })
+    .catch((e) => e);
+  const status = badSchema instanceof OpenAI.APIError ? badSchema.status : 200;
+  t.ok(status === 200 || status === 400, `a pathological tool schema is served or refused, never a server error (${status})`);
+  if (status === 400) t.equal(badSchema.param, 'tools[0].function.parameters');
+
   // The call's result goes back as a tool message; the conversation continues.
   const followUp = await client.chat.completions.create({
     model: 'tiny-chat',
@@ -301,6 +326,16 @@ t.test('embeddings: string, strings, token arrays; float and base64 agree; usage
   t.equal(tokens.usage.prompt_tokens, 5, 'token arrays count their tokens');
   const single = await client.embeddings.create({ model: 'tiny-embed', input: [300, 301, 302], encoding_format: 'float' });
   t.same(single.data[0].embedding, tokens.data[0].embedding, 'one token array equals the same array in a batch');
+
+  const atLimit = await client.embeddings.create({ model: 'tiny-embed', input: [Array(253).fill(300)], encoding_format: 'float' });
+  t.equal(atLimit.data[0].embedding.length, 32, 'the longest input that fits with its begin and end tokens');
+  for (const length of [254, 256, 300]) {
+    const over = await client.embeddings.create({ model: 'tiny-embed', input: [Array(length).fill(300)] }).catch((e) => e);
+    t.equal(over.status, 400, `${length} tokens is a clear 400`);
+    t.match(over.message, /embeds at most 253/);
+  }
+  const empty = await client.embeddings.create({ model: 'tiny-embed', input: '' }).catch((e) => e);
+  t.equal(empty.status, 400, 'empty input is a 400');
 
   const badToken = await client.embeddings.create({ model: 'tiny-embed', input: [[999999]] }).catch((e) => e);
   t.equal(badToken.status, 400);

@@ -6,6 +6,7 @@ import t from 'tap';
 import OpenAI from 'openai';
 import { makeModelFixtures } from './fixtures/models.js';
 import { createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
 
 const dir = tempDir(t);
 const fixtures = makeModelFixtures(dir);
@@ -104,6 +105,15 @@ t.test('the queue is bounded: one running, one waiting, the next gets 503 server
   t.equal(refused.status, 503);
   t.equal(refused.code, 'server_overloaded');
   t.match(refused.headers.get('retry-after'), /^\d+$/);
+  // A streamed call is refused the same way: a real 503, not an error event inside a 200.
+  const streamed = await request(`${daemon.baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key.secret}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny-chat', messages: [{ role: 'user', content: 's' }], max_tokens: 2, stream: true }),
+  });
+  t.equal(streamed.status, 503, 'a streamed call gets 503 too');
+  t.equal(streamed.json?.error?.code, 'server_overloaded');
+  t.match(String(streamed.headers['retry-after']), /^\d+$/);
   running.req.destroy();
   const served = await waiting;
   t.equal(served.object, 'chat.completion', 'the waiting call is served once the running one ends');

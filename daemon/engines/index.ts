@@ -52,6 +52,11 @@ export interface ChatCallOptions {
   signal: AbortSignal;
   /** Receives the tokens used when the call ends, whether it finished, failed or was aborted. */
   onUsage?: (usage: Usage) => void;
+  /**
+   * Called once the call holds its place and its input has been checked, just before generation. Until then the call
+   * may still be refused (queue full, bad input), so a streamed response must not commit to a 200 before it.
+   */
+  onStart?: () => void;
 }
 
 export interface ChatEngine {

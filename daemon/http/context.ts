@@ -14,6 +14,8 @@ export interface CallContext {
   reservedTokens: number;
   /** Tokens the call really used, reported by the handler. */
   usedTokens: number | null;
+  /** The engine's work for this call, once it started: usage is final only when it has settled. */
+  engineWork: Promise<unknown> | null;
 }
 
 /** What a route declares about itself; the pipeline's stages read it. */
@@ -36,5 +38,5 @@ declare module 'fastify' {
 }
 
 export function newCallContext(): CallContext {
-  return { principal: null, quota: null, model: null, reservedTokens: 0, usedTokens: null };
+  return { principal: null, quota: null, model: null, reservedTokens: 0, usedTokens: null, engineWork: null };
 }

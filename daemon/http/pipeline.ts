@@ -131,7 +131,12 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
         request.call.reservedTokens = tokens;
         // Stage 8, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the engine
         // reports it used (an engine reports even for aborted work; a call that never reached one used nothing).
-        onCallEnd(request, reply, () => deps.limits.settleTokens(quota, tokens, request.call.usedTokens ?? 0));
+        onCallEnd(request, reply, () => {
+          const settle = () => deps.limits.settleTokens(quota, tokens, request.call.usedTokens ?? 0);
+          // An abandoned call's engine reports what it used only once it has stopped.
+          if (request.call.engineWork) void request.call.engineWork.then(settle, settle);
+          else settle();
+        });
       },
     },
   ];

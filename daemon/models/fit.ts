@@ -27,6 +27,7 @@ export async function estimateRam(entry: ManifestEntry, path: string, llama: Lla
     modelGpuLayers: 0,
     sequences: isEmbedding ? 1 : parallel,
     isEmbeddingContext: isEmbedding,
+    ...(isEmbedding ? { batchSize: servingContextOf(entry) } : {}),
     includeGraphOverhead: true,
   }).cpuRam;
   const estimated = weights + context;

@@ -52,87 +52,83 @@ const gib = (bytes: number) => `${(bytes / GiB).toFixed(2)} GiB`;
 export async function assessModels(options: AssessOptions): Promise<ModelStatus[]> {
   const { hardware } = options;
   let budget = hardware.ram.availableBytes - options.headroomBytes;
-  const freeVram = hardware.gpus.reduce((sum, g) => sum + g.vramFreeBytes, 0);
-  const out: ModelStatus[] = [];
-  for (const entry of options.manifest.models) {
-    const path = join(options.modelsDir, entry.file);
-    const status: ModelStatus = {
-      id: entry.id,
-      capability: entry.capability,
-      engine: entry.engine,
-      file: entry.file,
-      path,
-      present: false,
-      verified: false,
-      fits: null,
-      requiredRamBytes: null,
-      state: 'missing',
-      reason: '',
-    };
-    out.push(status);
-    const set = (state: Availability, reason: string) => {
-      status.state = state;
-      status.reason = reason;
-    };
+  // Only memory the loaded llama.cpp backend can use counts: nvidia-smi reports the same card again, and reports it
+  // even when the backend is CPU-only.
+  const usableGpus = hardware.accelerator === false ? [] : hardware.gpus.filter((g) => g.source === 'node-llama-cpp');
+  const freeVram = usableGpus.reduce((sum, g) => sum + g.vramFreeBytes, 0);
 
-    if (!existsSync(path)) {
-      set('missing', `file ${entry.file} is not in ${options.modelsDir}; import it with 'sovereign models import FILE'`);
-      continue;
-    }
+  /** Everything up to the fit check; the budget is shared, so fit is decided in order below. */
+  async function check(entry: ManifestEntry, status: ModelStatus): Promise<[Availability, string] | null> {
+    const path = status.path;
+    if (!existsSync(path))
+      return ['missing', `file ${entry.file} is not in ${options.modelsDir}; import it with 'sovereign models import FILE'`];
     status.present = true;
     const pin = options.verifier.pin(entry.id);
     const expectedSize = entry.size ?? pin?.size ?? null;
     const expectedSha = entry.sha256 ?? pin?.sha256 ?? null;
     const size = statSync(path).size;
     if (expectedSize !== null && size !== expectedSize) {
-      set('size_mismatch', `file is ${size} bytes, the manifest says ${expectedSize}: it is truncated or not this model`);
-      continue;
+      return ['size_mismatch', `file is ${size} bytes, the manifest says ${expectedSize}: it is truncated or not this model`];
     }
-    if (!options.engines.has(entry.engine)) {
-      set('engine_unavailable', `the ${entry.engine} engine is not part of this build`);
-      continue;
-    }
+    if (!options.engines.has(entry.engine)) return ['engine_unavailable', `the ${entry.engine} engine is not part of this build`];
     if (expectedSha === null) {
-      set(
+      return [
         'not_pinned',
         `no checksum is known for it: run 'sovereign models import ${entry.file} --id ${entry.id}' to verify and record it`,
-      );
-      continue;
+      ];
     }
     const { sha256 } = await options.verifier.sha256(path, options.onHashProgress?.(entry.id));
     if (sha256 !== expectedSha) {
-      set('checksum_mismatch', `SHA-256 ${sha256} does not match the expected ${expectedSha}: the file was altered or is another model`);
-      continue;
+      return [
+        'checksum_mismatch',
+        `SHA-256 ${sha256} does not match the expected ${expectedSha}: the file was altered or is another model`,
+      ];
     }
     status.verified = true;
-    if (entry.needs.gpuRequired && (hardware.gpus.length === 0 || freeVram < entry.needs.vramBytes)) {
+    if (entry.needs.gpuRequired && (usableGpus.length === 0 || freeVram < entry.needs.vramBytes)) {
       status.fits = false;
-      set(
-        'gpu_required',
-        `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${hardware.gpus.length ? gib(freeVram) : 'no GPU'}`,
-      );
-      continue;
+      const found = usableGpus.length ? `${gib(freeVram)} free` : 'no GPU the llama.cpp backend can use';
+      return ['gpu_required', `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${found}`];
     }
-    let estimate;
-    try {
-      const { estimateRam } = await import('./fit.js');
-      estimate = await estimateRam(entry, path, await options.llama(), options.parallel);
-    } catch (err) {
-      set('unreadable', `cannot read it as a model: ${(err as Error).message}`);
-      continue;
-    }
+    const { estimateRam } = await import('./fit.js');
+    const estimate = await estimateRam(entry, path, await options.llama(), options.parallel);
     status.requiredRamBytes = estimate.bytes;
     if (estimate.bytes > budget) {
       status.fits = false;
-      set(
+      return [
         'does_not_fit',
         `needs ${gib(estimate.bytes)} (${estimate.basis}); ${gib(Math.max(0, budget))} is left of ${gib(hardware.ram.availableBytes)} available after ${gib(options.headroomBytes)} headroom and the models listed before it`,
-      );
-      continue;
+      ];
     }
     status.fits = true;
     budget -= estimate.bytes;
-    set('available', `verified; needs ${gib(estimate.bytes)} of RAM`);
+    return null;
+  }
+
+  const out: ModelStatus[] = [];
+  for (const entry of options.manifest.models) {
+    const status: ModelStatus = {
+      id: entry.id,
+      capability: entry.capability,
+      engine: entry.engine,
+      file: entry.file,
+      path: join(options.modelsDir, entry.file),
+      present: false,
+      verified: false,
+      fits: null,
+      requiredRamBytes: null,
+      state: 'available',
+      reason: '',
+    };
+    out.push(status);
+    let verdict: [Availability, string] | null;
+    try {
+      verdict = await check(entry, status);
+    } catch (err) {
+      // One unreadable file (permissions, I/O error, a directory in its place) is that entry's problem only.
+      verdict = ['unreadable', `cannot read it as a model: ${(err as Error).message}`];
+    }
+    [status.state, status.reason] = verdict ?? ['available', `verified; needs ${gib(status.requiredRamBytes ?? 0)} of RAM`];
   }
   return out;
 }

@@ -11,6 +11,7 @@ import {
   type GbnfJsonSchema,
   type Llama,
   type LlamaContext,
+  type LlamaContextSequence,
   type LlamaEmbeddingContext,
   type LlamaGrammar,
   type LlamaJsonSchemaGrammar,
@@ -74,7 +75,9 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
       const contextSize = servingContextOf(entry);
       const label = `The model '${entry.id}'`;
       if (entry.capability === 'embeddings') {
-        const context = await model.createEmbeddingContext({ contextSize, threads: this.options.threads });
+        // One batch holds a whole input: embedding models attend both ways, so an input split across batches would
+        // be embedded wrongly (or refused by llama.cpp).
+        const context = await model.createEmbeddingContext({ contextSize, batchSize: contextSize, threads: this.options.threads });
         this.hosts.set(entry.id, {
           kind: 'embeddings',
           model,
@@ -117,27 +120,19 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     return host as Extract<Host, { kind: K }>;
   }
 
-  async chat(modelId: string, request: ChatRequest, { onText, signal, onUsage }: ChatCallOptions): Promise<ChatResult> {
+  async chat(modelId: string, request: ChatRequest, { onText, signal, onUsage, onStart }: ChatCallOptions): Promise<ChatResult> {
     const host = this.host(modelId, 'chat');
     const release = await host.slots.acquire(signal);
-    const sequence = host.context.getSequence();
-    const chat = new LlamaChat({ contextSequence: sequence, chatWrapper: host.chatWrapper, autoDisposeSequence: false });
+    let sequence: LlamaContextSequence | undefined;
+    let chat: LlamaChat | undefined;
     try {
+      sequence = host.context.getSequence();
+      chat = new LlamaChat({ contextSequence: sequence, chatWrapper: host.chatWrapper, autoDisposeSequence: false });
       const history = toHistory(request.messages);
       const forcedTool =
         request.tools?.length && request.toolChoice !== undefined && request.toolChoice !== 'none' && request.toolChoice !== 'auto';
       const autoTools = request.tools?.length && (request.toolChoice === undefined || request.toolChoice === 'auto');
-      const functions: ChatModelFunctions | undefined = autoTools
-        ? Object.fromEntries(
-            request.tools!.map((t) => [
-              t.name,
-              {
-                ...(t.description ? { description: t.description } : {}),
-                ...(t.parameters ? { params: t.parameters as GbnfJsonSchema } : {}),
-              },
-            ]),
-          )
-        : undefined;
+      const functions = autoTools ? await this.functionsOf(request) : undefined;
 
       const promptTokens = this.countPromptUpperBound(host, chat, request, history, functions);
       const room = host.context.contextSize - promptTokens;
@@ -151,11 +146,14 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
       const maxTokens = Math.min(request.maxTokens ?? room, room);
       const toolGrammar = forcedTool ? await this.toolGrammar(request) : undefined;
       const grammar = toolGrammar ?? (await this.formatGrammar(request));
+      // Everything the request could be refused for has been checked: from here on the call runs.
+      onStart?.();
       const response = await chat.generateResponse(history, {
         signal,
         maxTokens,
-        ...(request.temperature !== undefined ? { temperature: request.temperature } : {}),
-        ...(request.topP !== undefined ? { topP: request.topP } : {}),
+        // OpenAI's defaults (node-llama-cpp's own default is greedy decoding).
+        temperature: request.temperature ?? 1,
+        topP: request.topP ?? 1,
         ...(request.seed !== undefined ? { seed: request.seed } : {}),
         ...(request.stop?.length ? { customStopTriggers: request.stop } : {}),
         ...(grammar ? { grammar } : functions ? { functions, documentFunctionParams: true } : {}),
@@ -164,10 +162,15 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           if (chunk.type === undefined && !forcedTool && chunk.text) onText(chunk.text);
         },
       });
-      // The sequence is this call's alone, so its meter counts exactly the prompt it evaluated and what it generated.
-      const meter = sequence.tokenMeter.getState();
-      const usage = { promptTokens: meter.usedInputTokens, completionTokens: meter.usedOutputTokens };
+      const usage = usageOf(sequence);
+      const cutOff = response.metadata.stopReason === 'maxTokens';
       if (forcedTool) {
+        if (cutOff) {
+          // max_tokens ended the call mid-way: return what was generated, as OpenAI does, marked 'length'.
+          const name = /"name"\s*:\s*"([^"]*)"/.exec(response.response)?.[1] ?? '';
+          const args = /"arguments"\s*:\s*([\s\S]*)$/.exec(response.response)?.[1] ?? '';
+          return { content: '', toolCalls: [{ id: newCallId(), name, arguments: args }], finishReason: 'length', usage };
+        }
         const call = toolGrammar!.parse(response.response) as unknown as { name: string; arguments: unknown };
         return {
           content: '',
@@ -181,20 +184,34 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
         name: c.functionName,
         arguments: JSON.stringify(c.params ?? {}),
       }));
-      const stop = response.metadata.stopReason;
       return {
         content: response.response,
         toolCalls,
-        finishReason: toolCalls.length ? 'tool_calls' : stop === 'maxTokens' ? 'length' : 'stop',
+        finishReason: toolCalls.length ? 'tool_calls' : cutOff ? 'length' : 'stop',
         usage,
       };
     } finally {
-      const meter = sequence.tokenMeter.getState();
-      onUsage?.({ promptTokens: meter.usedInputTokens, completionTokens: meter.usedOutputTokens });
-      chat.dispose();
-      await sequence.dispose();
-      release();
+      try {
+        if (sequence) onUsage?.(usageOf(sequence));
+        chat?.dispose();
+        await sequence?.dispose();
+      } finally {
+        release();
+      }
     }
+  }
+
+  /** tool_choice 'auto': node-llama-cpp's function calling, after checking that every schema can be enforced. */
+  private async functionsOf(request: ChatRequest): Promise<ChatModelFunctions> {
+    const functions: Record<string, { description?: string; params?: GbnfJsonSchema }> = {};
+    for (const [i, t] of request.tools!.entries()) {
+      if (t.parameters) await this.jsonSchemaGrammar(t.parameters, `tools[${i}].function.parameters`);
+      functions[t.name] = {
+        ...(t.description ? { description: t.description } : {}),
+        ...(t.parameters ? { params: t.parameters as GbnfJsonSchema } : {}),
+      };
+    }
+    return functions;
   }
 
   /**
@@ -228,10 +245,21 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     return this.jsonSchemaGrammar(format.schema, 'response_format.json_schema.schema');
   }
 
+  /** Grammars compiled from JSON schemas, by schema text: clients send the same tools and formats again and again. */
+  private readonly grammars = new Map<string, Promise<LlamaJsonSchemaGrammar<GbnfJsonSchema>>>();
+
   private async jsonSchemaGrammar(schema: object, param: string): Promise<LlamaJsonSchemaGrammar<GbnfJsonSchema>> {
     try {
-      // node-llama-cpp infers a result type from literal schemas; ours arrive at run time, so the type is erased.
-      return await this.llama.createGrammarForJsonSchema(schema as Parameters<Llama['createGrammarForJsonSchema']>[0]);
+      const key = JSON.stringify(schema);
+      let grammar = this.grammars.get(key);
+      if (!grammar) {
+        // node-llama-cpp infers a result type from literal schemas; ours arrive at run time, so the type is erased.
+        grammar = this.llama.createGrammarForJsonSchema(schema as Parameters<Llama['createGrammarForJsonSchema']>[0]);
+        if (this.grammars.size >= 256) this.grammars.delete(this.grammars.keys().next().value!);
+        this.grammars.set(key, grammar);
+        grammar.catch(() => this.grammars.delete(key));
+      }
+      return await grammar;
     } catch (err) {
       throw schemaError(param, err);
     }
@@ -270,15 +298,20 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
               param: 'input',
             });
         }
-        if (tokens.length > host.contextSize) {
+        if (tokens.length === 0) {
+          throw new ApiError('invalid_request_error', `input[${i}] is empty. Send at least one character or token.`, { param: 'input' });
+        }
+        // llama.cpp adds the model's begin and end tokens to every input, and needs them inside the context.
+        if (tokens.length + 2 >= host.contextSize) {
           throw new ApiError(
             'invalid_request_error',
-            `input[${i}] is ${tokens.length} tokens; this model embeds at most ${host.contextSize}. Split it.`,
+            `input[${i}] is ${tokens.length} tokens; this model embeds at most ${host.contextSize - 3}. Split it.`,
             { param: 'input' },
           );
         }
         promptTokens += tokens.length;
-        const embedding = await host.context.getEmbeddingFor(tokens as Parameters<LlamaEmbeddingContext['getEmbeddingFor']>[0]);
+        // A copy: llama.cpp's input preparation adds the special tokens to the array it is given.
+        const embedding = await host.context.getEmbeddingFor([...tokens] as Parameters<LlamaEmbeddingContext['getEmbeddingFor']>[0]);
         vectors.push(normalize(Float32Array.from(embedding.vector)));
       }
       return { vectors, promptTokens };
@@ -291,6 +324,16 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     const host = this.host(modelId, 'embeddings');
     return { size: host.model.embeddingVectorSize, shortenable: host.shortenable };
   }
+}
+
+/**
+ * Tokens a call used, from its sequence's meter. llama.cpp evaluates the prompt's last token in the same step that
+ * yields the first generated token, and never evaluates the last generated one; the meter counts that step as
+ * output, so the prompt is the input count plus one and the completion is the output count.
+ */
+function usageOf(sequence: LlamaContextSequence): { promptTokens: number; completionTokens: number } {
+  const meter = sequence.tokenMeter.getState();
+  return { promptTokens: meter.usedInputTokens + (meter.usedOutputTokens > 0 ? 1 : 0), completionTokens: meter.usedOutputTokens };
 }
 
 /** Unit length, as OpenAI's embeddings are, so cosine similarity is a dot product. */

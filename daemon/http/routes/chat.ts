@@ -153,7 +153,9 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const onUsage = (u: Usage) => (request.call.usedTokens = u.promptTokens + u.completionTokens);
       if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage });
 
-      const result = await engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
+      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
+      request.call.engineWork = work;
+      const result = await work;
       return {
         id,
         object: 'chat.completion',
@@ -196,47 +198,71 @@ interface StreamArgs {
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
 }
 
-function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): FastifyReply {
+/**
+ * Streams a chat completion as server-sent events. The response commits to 200 only when the engine says the call
+ * has started (it holds a place and its input checked out); until then a refusal (queue full, prompt too long) is
+ * an ordinary error response with its own status and Retry-After.
+ */
+function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
   const { engine, modelId, chatRequest, id, created, signal, onUsage } = args;
   const out = new PassThrough();
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
     out.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
 
-  chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
-  engine
-    .chat(modelId, chatRequest, {
-      onText: (text) => chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]),
-      signal,
-      onUsage,
-    })
-    .then((result) => {
-      if (result.toolCalls.length) {
-        chunk([
-          {
-            index: 0,
-            delta: {
-              tool_calls: result.toolCalls.map((c, i) => ({
-                index: i,
-                id: c.id,
-                type: 'function',
-                function: { name: c.name, arguments: c.arguments },
-              })),
+  return new Promise((resolve, reject) => {
+    let started = false;
+    const start = () => {
+      if (started) return;
+      started = true;
+      chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+      resolve(reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').send(out));
+    };
+    const work = engine
+      .chat(modelId, chatRequest, {
+        onStart: start,
+        onText: (text) => {
+          start();
+          chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]);
+        },
+        signal,
+        onUsage,
+      })
+      .then((result) => {
+        start();
+        if (result.toolCalls.length) {
+          chunk([
+            {
+              index: 0,
+              delta: {
+                tool_calls: result.toolCalls.map((c, i) => ({
+                  index: i,
+                  id: c.id,
+                  type: 'function',
+                  function: { name: c.name, arguments: c.arguments },
+                })),
+              },
+              logprobs: null,
+              finish_reason: null,
             },
-            logprobs: null,
-            finish_reason: null,
-          },
-        ]);
-      }
-      chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: result.finishReason }]);
-      if (request.body.stream_options?.include_usage) chunk([], { usage: usageObject(result) });
-    })
-    .catch((err: unknown) => {
-      if (signal.aborted) return;
-      const error =
-        err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
-      if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
-      out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
-    })
-    .finally(() => out.end('data: [DONE]\n\n'));
-  return reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').send(out);
+          ]);
+        }
+        chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: result.finishReason }]);
+        if (request.body.stream_options?.include_usage) chunk([], { usage: usageObject(result) });
+        out.end('data: [DONE]\n\n');
+      })
+      .catch((err: unknown) => {
+        if (!started) {
+          reject(err instanceof Error ? err : new Error(String(err)));
+          return;
+        }
+        if (!signal.aborted) {
+          const error =
+            err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
+          if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
+          out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+        }
+        out.end('data: [DONE]\n\n');
+      });
+    request.call.engineWork = work;
+  });
 }

@@ -66,7 +66,9 @@ export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps)
           });
         }
       }
-      const result = await engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(request, reply));
+      const work = engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(request, reply));
+      request.call.engineWork = work;
+      const result = await work;
       request.call.usedTokens = result.promptTokens;
       const base64 = request.body.encoding_format === 'base64';
       return {

@@ -57,7 +57,7 @@ export const chatCompletionBody = {
     max_tokens: { type: 'integer', minimum: 1 },
     max_completion_tokens: { type: 'integer', minimum: 1 },
     stop: {
-      anyOf: [{ type: 'string' }, { type: 'array', maxItems: 4, items: { type: 'string' } }, { type: 'null' }],
+      anyOf: [{ type: 'string', minLength: 1 }, { type: 'array', maxItems: 4, items: { type: 'string', minLength: 1 } }, { type: 'null' }],
     },
     seed: { type: 'integer' },
     n: { type: 'integer', minimum: 1, maximum: 1 },
