@@ -1,0 +1,5 @@
+export { ibanValid, luhnValid } from './checksums.js';
+export { cardNetwork, findNumbers, type Redaction, type RedactionType } from './detect.js';
+export { ScrubSession, type Detector, type RedactionCounts } from './session.js';
+export { findIbans } from './iban.js';
+export { IBAN_REGISTRY } from './iban-registry.js';

@@ -1,0 +1,152 @@
+// The scrubbing layer's detectors against a labelled corpus: what must be replaced (each type, digit script,
+// separator, invisible characters, labels glued on) and what must be left alone (failed checksums, other first
+// digits, phone numbers, dates, amounts, timestamps, VAT numbers, masked cards, decimals, broken IBANs).
+import t from 'tap';
+import { luhnValid, ScrubSession } from '../daemon/scrub/index.js';
+
+/** Appends the Luhn check digit to a string of digits. */
+function withLuhn(prefix: string): string {
+  for (let d = 0; d <= 9; d++) if (luhnValid(prefix + d)) return prefix + d;
+  throw new Error('unreachable');
+}
+const toArabicIndic = (s: string) => s.replace(/[0-9]/g, (d) => String.fromCharCode(0x0660 + Number(d)));
+const toPersian = (s: string) => s.replace(/[0-9]/g, (d) => String.fromCharCode(0x06f0 + Number(d)));
+const toFullwidth = (s: string) => s.replace(/[0-9]/g, (d) => String.fromCharCode(0xff10 + Number(d)));
+const toMath = (s: string) => s.replace(/[0-9]/g, (d) => String.fromCodePoint(0x1d7ec + Number(d)));
+const interleave = (s: string, mark: string) => [...s].join(mark);
+
+const nid = withLuhn('101234567');
+const nid2 = withLuhn('109876543');
+const iqama = withLuhn('234567890');
+const visa = withLuhn('411111111111111');
+const mastercard = withLuhn('222100000000000');
+const amex = withLuhn('37828224631000');
+const mada = withLuhn('968201000000000');
+const unionpay = withLuhn('621234567890123');
+
+// [text, the placeholders it must contain after scrubbing]
+const positives: Array<[string, string[]]> = [
+  [`رقم الهوية: ${nid}`, ['[NATIONAL_ID]']],
+  [`رقم الهوية:${nid}`, ['[NATIONAL_ID]']],
+  [`هويتي${nid}`, ['[NATIONAL_ID]']],
+  [`ID${nid}.`, ['[NATIONAL_ID]']],
+  [`My national ID is ${nid}, thanks`, ['[NATIONAL_ID]']],
+  [`Iqama ${iqama}`, ['[IQAMA]']],
+  [`رقم الإقامة ${toArabicIndic(iqama)}`, ['[IQAMA]']],
+  [`هوية ${toArabicIndic(nid)}`, ['[NATIONAL_ID]']],
+  [`هوية ${toPersian(nid)}`, ['[NATIONAL_ID]']],
+  [`id ${toFullwidth(nid)}`, ['[NATIONAL_ID]']],
+  [`id ${toMath(nid)}`, ['[NATIONAL_ID]']],
+  [`id ${interleave(nid, '\u200b')}`, ['[NATIONAL_ID]']],
+  [`id ${interleave(nid, '\u200f')}`, ['[NATIONAL_ID]']],
+  [`id \u2066${nid}\u2069`, ['[NATIONAL_ID]']],
+  [`id ${interleave(nid, '\u0640')}`, ['[NATIONAL_ID]']],
+  [`id ${interleave(nid, '-')}`, ['[NATIONAL_ID]']],
+  [`id ${nid.slice(0, 3)} ${nid.slice(3, 6)} ${nid.slice(6)}`, ['[NATIONAL_ID]']],
+  [`id ${nid.slice(0, 5)}\u00a0${nid.slice(5)}`, ['[NATIONAL_ID]']],
+  [`id ${nid.slice(0, 5)}\u202f${nid.slice(5)}`, ['[NATIONAL_ID]']],
+  [`ids ${nid} and ${nid2}`, ['[NATIONAL_ID]', '[NATIONAL_ID_2]']],
+  [`${nid} ${iqama}`, ['[NATIONAL_ID]', '[IQAMA]']],
+  [`card ${visa}`, ['[CARD]']],
+  [`card ${visa.replace(/(\d{4})(?=\d)/g, '$1 ')}`, ['[CARD]']],
+  [`card ${visa.replace(/(\d{4})(?=\d)/g, '$1-')}`, ['[CARD]']],
+  [`mc ${mastercard}`, ['[CARD]']],
+  [`amex ${amex.slice(0, 4)} ${amex.slice(4, 10)} ${amex.slice(10)}`, ['[CARD]']],
+  [`مدى ${toArabicIndic(mada)}`, ['[CARD]']],
+  [`unionpay ${unionpay}`, ['[CARD]']],
+  ['IBAN SA03 8000 0000 6080 1016 7519', ['[IBAN]']],
+  ['iban sa0380000000608010167519', ['[IBAN]']],
+  ['ibanSA0380000000608010167519', ['[IBAN]']],
+  ['الآيبان:SA0380000000608010167519', ['[IBAN]']],
+  [`آيبان ${'SA03' + toArabicIndic('80000000608010167519')}`, ['[IBAN]']],
+  ['GB82 WEST 1234 5698 7654 32', ['[IBAN]']],
+  ['DE89370400440532013000', ['[IBAN]']],
+  ['AE070331234567890123456', ['[IBAN]']],
+  ['FR14 2004 1010 0505 0001 3M02 606', ['[IBAN]']],
+  ['{"iban":"SA0380000000608010167519","note":"x"}', ['[IBAN]']],
+  [`| name | id |\n| Ali | ${nid} |\n| Sara | ${iqama} |`, ['[NATIONAL_ID]', '[IQAMA]']],
+  [`{"card":"${visa}","nid":"${nid}"}`, ['[CARD]', '[NATIONAL_ID]']],
+];
+
+const negatives: string[] = [
+  `failed checksum ${nid.slice(0, 9)}${(Number(nid[9]) + 1) % 10}`,
+  `other first digit ${withLuhn('301234567')}`,
+  `other first digit ${withLuhn('501234567')}`,
+  'call 0501234567 or +966 50 123 4567 or 00966501234567',
+  'landline 011 234 5678, 920000000',
+  'date 2024-05-12, 12/05/2024, ١٤٤٥/١١/٠٥ هـ, 1445-11-05',
+  'amount 1,234,567.89 SAR and 1012345678.50 SAR',
+  'timestamp 1700000000000 and 1715512345678',
+  'VAT 300000000000003 and 310123456700003',
+  'masked card 4111 **** **** 1111 and 4111XXXXXXXX1111',
+  `long run ${nid}12345`,
+  `inside a tracking number 99${nid}`,
+  'decimal 3.14159265358979',
+  'IBAN with wrong check SA04 8000 0000 6080 1016 7519',
+  'IBAN too short SA03 8000 0000 6080 1016 751',
+  'IBAN too long SA03800000006080101675199',
+  'order #1234567890 and invoice 4000000000',
+  'version 10.12.345.678',
+];
+
+t.test('every positive is replaced by its typed placeholder (recall ≥ 0.99)', async (t) => {
+  let found = 0;
+  for (const [text, expected] of positives) {
+    const out = new ScrubSession().scrub(text);
+    const ok = expected.every((p) => out.includes(p)) && !/[0-9\u0660-\u0669\u06f0-\u06f9]{6,}/.test(out.replace(/\[[A-Z_0-9]+\]/g, ''));
+    t.ok(ok, `${JSON.stringify(text)} → ${JSON.stringify(out)}`);
+    if (ok) found++;
+  }
+  const recall = found / positives.length;
+  t.ok(recall >= 0.99, `recall ${recall.toFixed(3)}`);
+});
+
+t.test('negatives are left byte-identical (≥ 0.98)', async (t) => {
+  let untouched = 0;
+  for (const text of negatives) {
+    const out = new ScrubSession().scrub(text);
+    t.equal(out, text, JSON.stringify(text));
+    if (out === text) untouched++;
+  }
+  t.ok(untouched / negatives.length >= 0.98, `untouched ${(untouched / negatives.length).toFixed(3)}`);
+});
+
+t.test('everything around a value stays byte-identical; the span covers interleaved invisible characters', async (t) => {
+  const text = `قبل\u200f ${interleave(nid, '\u200b')} \u200eبعد`;
+  t.equal(new ScrubSession().scrub(text), 'قبل\u200f [NATIONAL_ID] \u200eبعد');
+});
+
+t.test('placeholders are per request: the same value, the same placeholder; idempotent', async (t) => {
+  const session = new ScrubSession();
+  const a = session.scrub(`first ${nid}, then ${nid2}`);
+  const b = session.scrub(`again ${nid2} and ${nid}`);
+  t.equal(a, 'first [NATIONAL_ID], then [NATIONAL_ID_2]');
+  t.equal(b, 'again [NATIONAL_ID_2] and [NATIONAL_ID]');
+  t.same(session.counts(), { NATIONAL_ID: 4, IQAMA: 0, IBAN: 0, CARD: 0 });
+  t.equal(new ScrubSession().scrub(a), a, 'scrubbing scrubbed text changes nothing');
+});
+
+t.test('property: values planted at random places in random text are always found, nothing else changes', async (t) => {
+  let seed = 12345;
+  const rand = (n: number) => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed % n;
+  };
+  const filler = ['السلام عليكم', 'hello', 'المبلغ', 'رقم', 'the', ' ', ', ', '\n', 'تم', 'ok', 'يا', 'and'];
+  const values: Array<[string, string]> = [
+    [nid, '[NATIONAL_ID]'],
+    [iqama, '[IQAMA]'],
+    [visa, '[CARD]'],
+    ['SA0380000000608010167519', '[IBAN]'],
+  ];
+  for (let round = 0; round < 300; round++) {
+    let text = '';
+    let expected = '';
+    const [value, placeholder] = values[rand(values.length)]!;
+    const before = Array.from({ length: rand(6) }, () => filler[rand(filler.length)]).join(' ');
+    const after = Array.from({ length: rand(6) }, () => filler[rand(filler.length)]).join(' ');
+    text = `${before} ${value} ${after}`;
+    expected = `${before} ${placeholder} ${after}`;
+    t.equal(new ScrubSession().scrub(text), expected, `round ${round}`);
+  }
+});
