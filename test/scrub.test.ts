@@ -142,11 +142,34 @@ t.test('property: values planted at random places in random text are always foun
   for (let round = 0; round < 300; round++) {
     let text = '';
     let expected = '';
-    const [value, placeholder] = values[rand(values.length)]!;
+    const [value, placeholder] = values[rand(values.length)];
     const before = Array.from({ length: rand(6) }, () => filler[rand(filler.length)]).join(' ');
     const after = Array.from({ length: rand(6) }, () => filler[rand(filler.length)]).join(' ');
     text = `${before} ${value} ${after}`;
     expected = `${before} ${placeholder} ${after}`;
     t.equal(new ScrubSession().scrub(text), expected, `round ${round}`);
   }
+});
+
+t.test('sovereign scrub: text on stdin, and --jsonl with offsets into the input', async (t) => {
+  const { spawnSync } = await import('node:child_process');
+  const { BIN } = await import('./helpers/daemon.js');
+  const run = (args: string[], input: string) => spawnSync(BIN, ['scrub', ...args], { input, encoding: 'utf8' });
+  const text = run([], `Ali ${nid}\nno data 2024-05-12\nagain ${nid} and SA0380000000608010167519\n`);
+  t.equal(text.status, 0, text.stderr);
+  t.equal(
+    text.stdout,
+    'Ali [NATIONAL_ID]\nno data 2024-05-12\nagain [NATIONAL_ID] and [IBAN]\n',
+    'one placeholder per value across the file',
+  );
+  const input = `card ${visa} ok`;
+  const jsonl = run(['--jsonl'], `${JSON.stringify({ text: input })}\n`);
+  t.equal(jsonl.status, 0, jsonl.stderr);
+  const line = JSON.parse(jsonl.stdout);
+  t.equal(line.text, 'card [CARD] ok');
+  t.same(line.redactions, [{ type: 'CARD', start: 5, end: 5 + visa.length }]);
+  t.equal(input.slice(line.redactions[0].start, line.redactions[0].end), visa, 'offsets point into the input');
+  const bad = run(['--jsonl'], 'not json\n');
+  t.equal(bad.status, 2);
+  t.match(bad.stderr, /line 1 is not JSON/);
 });

@@ -1,6 +1,7 @@
 // The HTTP layer's streaming path: SSE framing, [DONE], include_usage, and our headers on a streamed response.
 // The engine here is a scripted stand-in implementing the ChatEngine interface, because this test is about the
 // HTTP layer only; the real llama.cpp engine has its own tests that run it for real.
+import http from 'node:http';
 import t from 'tap';
 import OpenAI from 'openai';
 import { loadConfig } from '../daemon/config/index.js';
@@ -28,6 +29,29 @@ const scripted: ChatEngine = {
   },
 };
 
+/** Words the slow engine produced in its last call. */
+let slowWords = 0;
+
+/** Emits a word every 5 ms until aborted or `maxTokens` words; reports usage however it ends. */
+const slow: ChatEngine = {
+  async chat(_model, req, { onText, signal, onUsage }) {
+    let words = 0;
+    slowWords = 0;
+    try {
+      while (words < (req.maxTokens ?? 100)) {
+        if (signal.aborted) throw new Error('aborted');
+        onText('word ');
+        words++;
+        slowWords = words;
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      return { content: 'word '.repeat(words), toolCalls: [], finishReason: 'length', usage: { promptTokens: 1, completionTokens: words } };
+    } finally {
+      onUsage?.({ promptTokens: 1, completionTokens: words });
+    }
+  },
+};
+
 for (const posture of ['device', 'cloud'] as const) {
   t.test(`${posture}: a streamed chat completion`, async (t) => {
     const dataDir = tempDir(t);
@@ -39,13 +63,17 @@ for (const posture of ['device', 'cloud'] as const) {
     const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
     const engines = new EngineRegistry();
     engines.setChat('scripted', scripted);
+    engines.setChat('slow', slow);
     const app = buildApp(
       {
         config,
         keys,
         limits: new KeyLimits(),
         gate: new InFlightGate(10),
-        catalog: new ModelCatalog([{ id: 'scripted', capability: 'chat', ownedBy: 'test', created: 0, readiness: 'ready' }]),
+        catalog: new ModelCatalog([
+          { id: 'scripted', capability: 'chat', ownedBy: 'test', created: 0, readiness: 'ready' },
+          { id: 'slow', capability: 'chat', ownedBy: 'test', created: 0, readiness: 'ready', contextTokens: 8000 },
+        ]),
         engines,
         state: { draining: false, startedAt: Date.now() },
         fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': 'true' },
@@ -104,5 +132,66 @@ for (const posture of ['device', 'cloud'] as const) {
     const buffered = await client.chat.completions.create({ model: 'scripted', messages: [{ role: 'user', content: 'one two' }] });
     t.equal(buffered.choices[0]?.message.content, 'one two');
     t.same(buffered.usage, { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 });
+
+    // What reaches the engine is scrubbed: the echo engine replies with exactly what it was given.
+    const echoed = await client.chat.completions.create({
+      model: 'scripted',
+      messages: [{ role: 'user', content: 'هويتي ١٠١٢٣٤٥٦٧٢ و IBAN SA03 8000 0000 6080 1016 7519 شكرا' }],
+    });
+    t.equal(echoed.choices[0]?.message.content, 'هويتي [NATIONAL_ID] و IBAN [IBAN] شكرا', 'the engine never saw the values');
+    const streamedEcho = await client.chat.completions.create({
+      model: 'scripted',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'card 4111 1111 1111 1111 ok' }] }],
+      stream: true,
+    });
+    let streamedText = '';
+    for await (const c of streamedEcho) streamedText += c.choices[0]?.delta.content ?? '';
+    t.equal(streamedText, 'card [CARD] ok', 'text parts are scrubbed too');
+
+    // Content nested far deeper than any real message: counted without walking it, so never a 500.
+    const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
+    const nested = await request(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      body: `{"model":"scripted","messages":[{"role":"user","content":[{"type":"text","text":"deep","x":${deep}}]}]}`,
+    });
+    t.ok(nested.status < 500, `deeply nested content is not a server error (${nested.status})`);
+
+    if (posture !== 'cloud') return;
+    // Spend part of the bucket first, so refunds and charges both show (a full bucket hides a refund).
+    await client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'x' }], max_tokens: 3000 });
+    const remaining = async () =>
+      Number(
+        (await request(`${baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } })).headers['x-ratelimit-remaining-tokens'],
+      );
+    const before = await remaining();
+    const startedAt = Date.now();
+    await new Promise<void>((resolve, reject) => {
+      const req = http.request(`${baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      });
+      let chunks = 0;
+      req.on('response', (res) =>
+        res.on('data', () => {
+          if (++chunks === 20) {
+            req.destroy();
+            resolve();
+          }
+        }),
+      );
+      req.on('error', (err: NodeJS.ErrnoException) => (err.code === 'ECONNRESET' ? resolve() : reject(err)));
+      req.end(JSON.stringify({ model: 'slow', messages: [{ role: 'user', content: 'go' }], max_tokens: 5000, stream: true }));
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    const after = await remaining();
+    const refill = ((Date.now() - startedAt) * 10_000) / 60_000;
+    const charged = slowWords + 1;
+    t.ok(slowWords >= 10, `the engine was stopped mid-way (${slowWords} words)`);
+    t.ok(
+      // A few tokens of slack for the time between the server's reckoning and ours; the charge is about 20.
+      Math.abs(before - charged + refill - after) <= 8,
+      `an abandoned call is charged what it used (${charged} tokens), not its reservation and not nothing (${before} → ${after}, refill ${refill.toFixed(0)})`,
+    );
   });
 }

@@ -15,6 +15,7 @@ Commands:
   config check     validate the configuration and print the effective values
   models           list the manifest's models (present, verified, fits) and import model files
   probe            print the hardware facts the daemon sees
+  scrub            replace personal data in text on stdin (IDs, Iqama, IBAN, cards)
 
 Every command takes --help, and --json for machine-readable output.`;
 
@@ -28,6 +29,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   config: async () => (await import('./config.js')).configCommand,
   models: async () => (await import('./models.js')).modelsCommand,
   probe: async () => (await import('./models.js')).probeCommand,
+  scrub: async () => (await import('./scrub.js')).scrubCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

@@ -2,6 +2,7 @@
 import type { Principal } from '../auth/index.js';
 import type { KeyQuota } from '../limits/index.js';
 import type { Capability, ServedModel } from '../models/index.js';
+import type { RedactionCounts, ScrubSession } from '../scrub/index.js';
 
 export interface CallContext {
   /** Set by the authenticate stage on every /v1 route. */
@@ -16,6 +17,8 @@ export interface CallContext {
   usedTokens: number | null;
   /** The engine's work for this call, once it started: usage is final only when it has settled. */
   engineWork: Promise<unknown> | null;
+  /** What the scrub stage replaced, by type (counts only: values never leave the stage). */
+  redactions: RedactionCounts | null;
 }
 
 /** What a route declares about itself; the pipeline's stages read it. */
@@ -26,6 +29,8 @@ export interface RouteDeclaration {
   capability?: Capability;
   /** Upper bound of the tokens a call may use, reserved before the engine runs (metered postures). */
   tokens?: (body: unknown, contextTokens: number | undefined) => number;
+  /** Replaces personal data in every text of the body an engine will see, in place, through one session. */
+  scrub?: (body: unknown, session: ScrubSession) => void;
 }
 
 declare module 'fastify' {
@@ -38,5 +43,5 @@ declare module 'fastify' {
 }
 
 export function newCallContext(): CallContext {
-  return { principal: null, quota: null, model: null, reservedTokens: 0, usedTokens: null, engineWork: null };
+  return { principal: null, quota: null, model: null, reservedTokens: 0, usedTokens: null, engineWork: null, redactions: null };
 }

@@ -9,12 +9,14 @@
 //      (fastify: parse body, validate against the route schema: 400, 413, 415)
 //   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
 //   6. limit tokens      metered          429 rate_limit_exceeded (tokens), reserved before the engine runs
-//   7. handler           the engine call
-//   8. settle tokens     metered          when the call ends (even abandoned), the reservation becomes real usage
+//   7. scrub             routes w/ text   500 internal_error if scrubbing fails: nothing reaches the engine
+//   8. handler           the engine call
+//   9. settle tokens     metered          when the call ends (even abandoned), the reservation becomes real usage
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticate } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import { ApiError, MESSAGES } from '../errors/index.js';
+import { ScrubSession } from '../scrub/index.js';
 import type { KeyRegistry } from '../keys/index.js';
 import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
@@ -129,7 +131,7 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
         const tokens = Math.max(1, Math.ceil(estimate(request.body, request.call.model?.contextTokens)));
         reply.headers(deps.limits.reserveTokens(quota, tokens));
         request.call.reservedTokens = tokens;
-        // Stage 8, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the engine
+        // Stage 9, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the engine
         // reports it used (an engine reports even for aborted work; a call that never reached one used nothing).
         onCallEnd(request, reply, () => {
           const settle = () => deps.limits.settleTokens(quota, tokens, request.call.usedTokens ?? 0);
@@ -137,6 +139,26 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
           if (request.call.engineWork) void request.call.engineWork.then(settle, settle);
           else settle();
         });
+      },
+    },
+    {
+      name: 'scrub',
+      hook: 'preHandler',
+      async run(request) {
+        const scrub = declarationOf(request)?.scrub;
+        if (!scrub) return;
+        const session = new ScrubSession();
+        try {
+          scrub(request.body, session);
+        } catch (err) {
+          // Fail closed: a text that could not be checked must not reach a model.
+          request.log.error({ err: (err as Error).message }, 'scrubbing failed');
+          throw new ApiError(
+            'internal_error',
+            'Personal-data scrubbing failed, so nothing was sent to the model. Retry; if it persists, report the X-Request-Id.',
+          );
+        }
+        request.call.redactions = session.counts();
       },
     },
   ];

@@ -3,6 +3,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
+import type { ScrubSession } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { abortOnDisconnect } from '../lifetime.js';
@@ -139,8 +140,18 @@ function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatE
   return { engine, modelId };
 }
 
+/** Every text a chat model will see, all roles: message contents, text parts, tool-call arguments. */
+function scrubChat(raw: unknown, session: ScrubSession): void {
+  const body = raw as ChatBody;
+  for (const m of body.messages) {
+    if (typeof m.content === 'string') m.content = session.scrub(m.content);
+    else for (const part of m.content ?? []) if (typeof part.text === 'string') part.text = session.scrub(part.text);
+    for (const call of m.tool_calls ?? []) call.function.arguments = session.scrub(call.function.arguments);
+  }
+}
+
 export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
-  const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens };
+  const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens, scrub: scrubChat };
   v1.post<{ Body: ChatBody }>(
     '/chat/completions',
     { schema: { body: chatCompletionBody }, config: { declaration } },

@@ -1,6 +1,7 @@
 // POST /v1/embeddings: OpenAI's shape; float or base64 (little-endian float32, as OpenAI encodes it).
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../errors/index.js';
+import type { ScrubSession } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { abortOnDisconnect } from '../lifetime.js';
@@ -38,8 +39,15 @@ function shorten(vector: Float32Array, size: number): Float32Array {
   return out;
 }
 
+/** String inputs are scrubbed; token arrays are already the model's own tokens and are embedded as sent. */
+function scrubInputs(raw: unknown, session: ScrubSession): void {
+  const body = raw as EmbeddingsBody;
+  if (typeof body.input === 'string') body.input = session.scrub(body.input);
+  else if (body.input.length && typeof body.input[0] === 'string') body.input = (body.input as string[]).map((s) => session.scrub(s));
+}
+
 export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps): void {
-  const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens };
+  const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens, scrub: scrubInputs };
   v1.post<{ Body: EmbeddingsBody }>(
     '/embeddings',
     { schema: { body: embeddingsBody }, config: { declaration } },
