@@ -98,7 +98,14 @@ function longStream(): Promise<{ req: http.ClientRequest; done: Promise<number> 
 t.test('the queue is bounded: one running, one waiting, the next gets 503 server_overloaded', async (t) => {
   const running = await longStream();
   const waiting = client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'w' }], max_tokens: 2 });
-  await new Promise((r) => setTimeout(r, 50));
+  // Health shows each model's load: go on only once the second call is really queued behind the first.
+  let queued = false;
+  for (let i = 0; i < 200 && !queued; i++) {
+    const model = (await health()).models.find((m: { id: string }) => m.id === 'tiny-chat');
+    queued = model.busy === 1 && model.waiting === 1;
+    if (!queued) await new Promise((r) => setTimeout(r, 5));
+  }
+  t.ok(queued, 'health reports one call running and one waiting');
   const refused = await client.chat.completions
     .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'r' }], max_tokens: 2 })
     .catch((e) => e);

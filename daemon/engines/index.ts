@@ -59,8 +59,15 @@ export interface ChatCallOptions {
   onStart?: () => void;
 }
 
+/** Calls running and waiting for one model: what health reports as its load. */
+export interface QueueState {
+  busy: number;
+  waiting: number;
+}
+
 export interface ChatEngine {
   chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult>;
+  queueState?(modelId: string): QueueState | undefined;
 }
 
 export interface EmbeddingResult {
@@ -72,6 +79,7 @@ export interface EmbeddingEngine {
   embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult>;
   /** Output width of the model, and whether `dimensions` may shorten it. */
   dimensions(modelId: string): { size: number; shortenable: boolean };
+  queueState?(modelId: string): QueueState | undefined;
 }
 
 /** Which engine serves each model id. */
@@ -93,5 +101,9 @@ export class EngineRegistry {
 
   embeddings(modelId: string): EmbeddingEngine | undefined {
     return this.embeddingEngines.get(modelId);
+  }
+
+  queueState(modelId: string): QueueState | undefined {
+    return (this.chatEngines.get(modelId) ?? this.embeddingEngines.get(modelId))?.queueState?.(modelId);
   }
 }

@@ -1,6 +1,7 @@
 // The body of GET /v1/health: what an operator or a load balancer needs to know about this daemon.
 import type { Config } from '../config/index.js';
 import { isSovereign } from '../config/index.js';
+import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog, Readiness } from '../models/index.js';
 
 export interface HealthReport {
@@ -9,17 +10,19 @@ export interface HealthReport {
   region: string;
   sovereign: boolean;
   uptime_s: number;
-  models: Array<{ id: string; capability: string; readiness: Readiness; detail?: string }>;
+  /** `busy` and `waiting`: calls running and queued on a loaded model. */
+  models: Array<{ id: string; capability: string; readiness: Readiness; detail?: string; busy?: number; waiting?: number }>;
   /** Manifest models this device does not serve, and why (missing, checksum, does not fit…). */
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
 }
 
-export function healthReport(config: Config, catalog: ModelCatalog, state: { startedAt: number }): HealthReport {
+export function healthReport(config: Config, catalog: ModelCatalog, engines: EngineRegistry, state: { startedAt: number }): HealthReport {
   const models = catalog.all().map((m) => ({
     id: m.id,
     capability: m.capability,
     readiness: m.readiness,
     ...(m.detail ? { detail: m.detail } : {}),
+    ...(engines.queueState(m.id) ?? {}),
   }));
   const degraded = models.some((m) => m.readiness === 'failed');
   return {

@@ -49,8 +49,9 @@ export function digitRuns(text: string): DigitRun[] {
       if (group && separators > 0) {
         groups.push(group);
         group = null;
+        // Whether the group starting now follows a lone decimal point; closeRun decides once the run has ended.
         decimalTail = separators === 1 && isDecimalPoint(lastSeparator);
-      } else if (group) decimalTail = decimalTail && false;
+      }
       group ??= { digits: '', starts: [], end: i };
       group.digits += String.fromCharCode(48 + value);
       group.starts.push(i);

@@ -320,6 +320,10 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     }
   }
 
+  queueState(modelId: string): { busy: number; waiting: number } | undefined {
+    return this.hosts.get(modelId)?.slots.state;
+  }
+
   dimensions(modelId: string): { size: number; shortenable: boolean } {
     const host = this.host(modelId, 'embeddings');
     return { size: host.model.embeddingVectorSize, shortenable: host.shortenable };
