@@ -2,7 +2,8 @@
 // separator, invisible characters, labels glued on) and what must be left alone (failed checksums, other first
 // digits, phone numbers, dates, amounts, timestamps, VAT numbers, masked cards, decimals, broken IBANs).
 import t from 'tap';
-import { luhnValid, ScrubSession } from '../daemon/scrub/index.js';
+import { luhnValid, ScrubSession, StreamScrubber } from '../daemon/scrub/index.js';
+import { negatives as generatedNegatives, positives as generatedPositives } from './fixtures/scrub-corpus.js';
 
 /** Appends the Luhn check digit to a string of digits. */
 function withLuhn(prefix: string): string {
@@ -111,6 +112,49 @@ t.test('negatives are left byte-identical (≥ 0.98)', async (t) => {
   t.ok(untouched / negatives.length >= 0.98, `untouched ${(untouched / negatives.length).toFixed(3)}`);
 });
 
+/** Digits of any script left over once placeholders are taken out: a value the scrubber missed shows here. */
+const leftoverDigits = (out: string) =>
+  /(?:[0-9\u0660-\u0669\u06f0-\u06f9\uff10-\uff19]|\ud835[\udfce-\udfff])[^\p{L}]*(?:(?:[0-9\u0660-\u0669\u06f0-\u06f9\uff10-\uff19]|\ud835[\udfce-\udfff])[^\p{L}]*){5,}/u.test(
+    out.replace(/\[[A-Z_0-9]+\]/g, ''),
+  );
+
+t.test('generated corpus: recall by type and untouched negatives by kind meet the gates', async (t) => {
+  const cases = generatedPositives();
+  const byType = new Map<string, { found: number; total: number }>();
+  const misses: string[] = [];
+  for (const { text, expected, type, how } of cases) {
+    const out = new ScrubSession().scrub(text);
+    const placeholders = out.match(/\[(?:NATIONAL_ID|IQAMA|IBAN|CARD)(?:_\d+)?\]/g) ?? [];
+    const ok = JSON.stringify(placeholders) === JSON.stringify(expected) && !leftoverDigits(out);
+    const tally = byType.get(type) ?? { found: 0, total: 0 };
+    tally.total++;
+    if (ok) tally.found++;
+    else misses.push(`${how}: ${JSON.stringify(text)} → ${JSON.stringify(out)}`);
+    byType.set(type, tally);
+  }
+  for (const miss of misses) t.comment(`missed ${miss}`);
+  const found = [...byType.values()].reduce((n, v) => n + v.found, 0);
+  const recall = found / cases.length;
+  for (const [type, { found, total }] of byType) t.comment(`${type}: ${found}/${total}`);
+  t.ok(cases.length >= 500, `${cases.length} positives`);
+  t.ok(recall >= 0.99, `recall ${recall.toFixed(4)} (${found}/${cases.length})`);
+
+  const texts = generatedNegatives();
+  const byKind = new Map<string, { untouched: number; total: number }>();
+  for (const { text, kind } of texts) {
+    const out = new ScrubSession().scrub(text);
+    const tally = byKind.get(kind) ?? { untouched: 0, total: 0 };
+    tally.total++;
+    if (out === text) tally.untouched++;
+    else t.comment(`changed ${kind}: ${JSON.stringify(text)} → ${JSON.stringify(out)}`);
+    byKind.set(kind, tally);
+  }
+  const untouched = [...byKind.values()].reduce((n, v) => n + v.untouched, 0);
+  for (const [kind, { untouched, total }] of byKind) t.comment(`${kind}: ${untouched}/${total} untouched`);
+  t.ok(texts.length >= 500, `${texts.length} negatives`);
+  t.ok(untouched / texts.length >= 0.98, `untouched ${(untouched / texts.length).toFixed(4)} (${untouched}/${texts.length})`);
+});
+
 t.test('everything around a value stays byte-identical; the span covers interleaved invisible characters', async (t) => {
   const text = `قبل\u200f ${interleave(nid, '\u200b')} \u200eبعد`;
   t.equal(new ScrubSession().scrub(text), 'قبل\u200f [NATIONAL_ID] \u200eبعد');
@@ -149,6 +193,81 @@ t.test('property: values planted at random places in random text are always foun
     expected = `${before} ${placeholder} ${after}`;
     t.equal(new ScrubSession().scrub(text), expected, `round ${round}`);
   }
+});
+
+/** Scrubs `text` fed in the given pieces through one stream; returns the joined output and the largest hold. */
+function streamed(pieces: string[]): { text: string; mostHeld: number } {
+  const stream = new StreamScrubber(new ScrubSession());
+  const text = pieces.map((p) => stream.push(p)).join('') + stream.end();
+  return { text, mostHeld: stream.mostHeld };
+}
+
+t.test('streaming: every split point of every corpus text gives exactly the whole-text result', async (t) => {
+  let cases = 0;
+  for (const text of [...positives.map(([p]) => p), ...negatives]) {
+    const whole = new ScrubSession().scrub(text);
+    for (let cut = 0; cut <= text.length; cut++) {
+      cases++;
+      const out = streamed([text.slice(0, cut), text.slice(cut)]).text;
+      if (out !== whole) {
+        t.fail(`${JSON.stringify(text)} cut at ${cut}: ${JSON.stringify(out)}, expected ${JSON.stringify(whole)}`);
+        return;
+      }
+    }
+    const byCharacter = streamed(text.split('')).text;
+    if (byCharacter !== whole) {
+      t.fail(`${JSON.stringify(text)} one UTF-16 unit at a time: ${JSON.stringify(byCharacter)}`);
+      return;
+    }
+  }
+  t.pass(`${cases} two-piece splits and every text one unit at a time`);
+  // The generated corpus too, one UTF-16 unit at a time (which cuts every code point in two along the way).
+  const generated = [...generatedPositives().map((p) => p.text), ...generatedNegatives().map((n) => n.text)];
+  const differing = generated.filter((text) => streamed(text.split('')).text !== new ScrubSession().scrub(text));
+  t.same(differing, [], `${generated.length} generated texts streamed one unit at a time`);
+});
+
+t.test('streaming property: random texts with planted values, cut into random pieces, never differ', async (t) => {
+  let seed = 424242;
+  const rand = (n: number) => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed % n;
+  };
+  const pick = <T>(items: T[]): T => items[rand(items.length)];
+  const values = [nid, iqama, visa, amex, mada, 'SA0380000000608010167519', 'GB82WEST12345698765432', 'DE89370400440532013000'];
+  const scripts = [toArabicIndic, toPersian, toFullwidth, toMath, (s: string) => s];
+  const joiners = [' ', '-', '.', '\u00a0', '\u202f', '\u2009', '\u2212', '\u200b', '\u200f', '\u2066', '\u0640', '\u00ad'];
+  const filler = ['a', 'SA', 'gb', 'iban', ' ', '   ', ',', '. ', '\n', 'ب', 'رقم', '1', '12', '٣', '-', ':', '"', '😀', 'x9', 'is ', 'DE'];
+  const render = (value: string) =>
+    [...pick(scripts)(value)].map((ch) => (rand(8) === 0 ? ch + pick(joiners) : rand(2) ? ch : ch.toLowerCase())).join('');
+  let mismatches = 0;
+  for (let round = 0; round < 1500; round++) {
+    let text = '';
+    for (let k = rand(10); k >= 0; k--) text += rand(3) === 0 ? render(pick(values)) : pick(filler);
+    const whole = new ScrubSession().scrub(text);
+    const pieces: string[] = [];
+    for (let at = 0; at < text.length;) {
+      const length = 1 + rand(7);
+      pieces.push(text.slice(at, at + length));
+      at += length;
+    }
+    const out = streamed(pieces).text;
+    if (out !== whole && mismatches++ < 3) t.fail(`${JSON.stringify(pieces)} → ${JSON.stringify(out)}, expected ${JSON.stringify(whole)}`);
+  }
+  t.equal(mismatches, 0, '1500 random texts in random pieces');
+});
+
+t.test("streaming holds back only a short tail: a value's length, not the answer", async (t) => {
+  const answer =
+    `شكرا لتواصلك. رقم هويتك المسجل هو ${nid} وتم ربطه بالحساب ${'SA03 8000 0000 6080 1016 7519'}. ` +
+    'Your request has been processed and the transfer will arrive within two working days. ' +
+    `The card ending in 1111 (${visa.replace(/(\d{4})(?=\d)/g, '$1 ')}) was not charged. `.repeat(3) +
+    'إذا كان لديك أي سؤال آخر فلا تتردد في التواصل معنا في أي وقت.';
+  const pieces = answer.match(/[\s\S]{1,3}/g)!;
+  const { text, mostHeld } = streamed(pieces);
+  t.equal(text, new ScrubSession().scrub(answer));
+  t.ok(mostHeld <= 40, `at most ${mostHeld} characters held back in a ${answer.length}-character answer`);
+  t.ok(mostHeld >= 29, 'an IBAN written in groups is held whole until it ends (it could not be judged before)');
 });
 
 t.test('sovereign scrub: text on stdin, and --jsonl with offsets into the input', async (t) => {

@@ -4,14 +4,8 @@
 import http from 'node:http';
 import t from 'tap';
 import OpenAI from 'openai';
-import { loadConfig } from '../daemon/config/index.js';
-import { EngineRegistry, type ChatEngine } from '../daemon/engines/index.js';
-import { buildApp } from '../daemon/http/index.js';
-import { KeyRegistry } from '../daemon/keys/index.js';
-import { InFlightGate, KeyLimits } from '../daemon/limits/index.js';
-import { ModelCatalog } from '../daemon/models/index.js';
-import { openStore } from '../daemon/store/index.js';
-import { tempDir } from './helpers/daemon.js';
+import { type ChatEngine } from '../daemon/engines/index.js';
+import { startStandInApp } from './helpers/app.js';
 import { request } from './helpers/http.js';
 
 /** Replies with the last user message, one word per piece, and counts words as tokens. */
@@ -54,40 +48,13 @@ const slow: ChatEngine = {
 
 for (const posture of ['device', 'cloud'] as const) {
   t.test(`${posture}: a streamed chat completion`, async (t) => {
-    const dataDir = tempDir(t);
     const env = posture === 'cloud' ? { SOVEREIGN_TLS_CERT: '/unused', SOVEREIGN_TLS_KEY: '/unused' } : {};
-    const { config } = loadConfig({ dataDir, posture, region: 'sa-dammam-1', ...(posture === 'cloud' ? { host: '127.0.0.1' } : {}) }, env);
-    const store = openStore(dataDir);
-    const keys = new KeyRegistry(store);
-    keys.createProject('p');
-    const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
-    const engines = new EngineRegistry();
-    engines.setChat('scripted', scripted);
-    engines.setChat('slow', slow);
-    const app = buildApp(
-      {
-        config,
-        keys,
-        limits: new KeyLimits(),
-        gate: new InFlightGate(10),
-        catalog: new ModelCatalog([
-          { id: 'scripted', capability: 'chat', ownedBy: 'test', created: 0, readiness: 'ready' },
-          { id: 'slow', capability: 'chat', ownedBy: 'test', created: 0, readiness: 'ready', contextTokens: 8000 },
-        ]),
-        engines,
-        state: { draining: false, startedAt: Date.now() },
-        fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': 'true' },
-      },
-      { logger: false },
+    const { baseURL, secret } = await startStandInApp(
+      t,
+      { scripted: { engine: scripted }, slow: { engine: slow, contextTokens: 8000 } },
+      { posture, region: 'sa-dammam-1', ...(posture === 'cloud' ? { host: '127.0.0.1' } : {}) },
+      env,
     );
-    // Plain HTTP on loopback even for the cloud posture: this test is about the pipeline, not TLS.
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    t.teardown(async () => {
-      await app.close();
-      await store.close();
-    });
-    const address = app.server.address() as { port: number };
-    const baseURL = `http://127.0.0.1:${address.port}/v1`;
 
     const client = new OpenAI({ apiKey: secret, baseURL, maxRetries: 0 });
     const { data: stream, response } = await client.chat.completions

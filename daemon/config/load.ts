@@ -48,6 +48,7 @@ export const ENV_OVERRIDES: ReadonlyArray<{ env: string; key: string; type: 'str
   { env: 'SOVEREIGN_MODELS_DIR', key: 'modelsDir', type: 'string' },
   { env: 'SOVEREIGN_MANIFEST', key: 'manifest', type: 'string' },
   { env: 'SOVEREIGN_LOG_LEVEL', key: 'log.level', type: 'string' },
+  { env: 'SOVEREIGN_SCRUB_OUTPUT', key: 'scrub.output', type: 'boolean' },
 ];
 
 const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']> = [
@@ -80,6 +81,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     timeouts: { requestMs: 60_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
     log: { level: 'info', requests: false },
     models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0 },
+    scrub: { output: true },
   };
 }
 

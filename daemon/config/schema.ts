@@ -35,6 +35,7 @@ export interface Config {
     gpu: 'auto' | 'off';
     threads: number;
   };
+  scrub: { output: boolean };
 }
 
 const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
@@ -101,6 +102,16 @@ export const configSchema = {
         queue: positiveInt('Calls that may wait per model before 503 server_overloaded.', 0, 10000),
         gpu: { enum: ['auto', 'off'], description: 'Use a GPU if node-llama-cpp finds one (auto), or never (off).' },
         threads: positiveInt('CPU threads for inference; 0 means every core the probe finds.', 0, 1024),
+      },
+    },
+    scrub: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        output: {
+          type: 'boolean',
+          description: "Scrub chat models' answers too (streamed with a short hold-back), not only what they are sent.",
+        },
       },
     },
     log: {

@@ -19,6 +19,10 @@ export interface CallContext {
   engineWork: Promise<unknown> | null;
   /** What the scrub stage replaced, by type (counts only: values never leave the stage). */
   redactions: RedactionCounts | null;
+  /** The request's scrubbing session, so that a model's answer is scrubbed with the same placeholders. */
+  scrubSession: ScrubSession | null;
+  /** What was replaced in the model's answer, by type, when answers are scrubbed. */
+  outputRedactions: RedactionCounts | null;
 }
 
 /** What a route declares about itself; the pipeline's stages read it. */
@@ -43,5 +47,15 @@ declare module 'fastify' {
 }
 
 export function newCallContext(): CallContext {
-  return { principal: null, quota: null, model: null, reservedTokens: 0, usedTokens: null, engineWork: null, redactions: null };
+  return {
+    principal: null,
+    quota: null,
+    model: null,
+    reservedTokens: 0,
+    usedTokens: null,
+    engineWork: null,
+    redactions: null,
+    scrubSession: null,
+    outputRedactions: null,
+  };
 }

@@ -159,6 +159,7 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
           );
         }
         request.call.redactions = session.counts();
+        request.call.scrubSession = session;
       },
     },
   ];

@@ -18,14 +18,18 @@ interface Symbol {
 
 const MAX_SEPARATORS = 2;
 
-const BBAN_PATTERNS = new Map<string, { length: number; pattern: RegExp }>(
+/** Per country: the IBAN's length, its BBAN as a pattern, and the BBAN's kind of character at each position. */
+const BBAN_PATTERNS = new Map<string, { length: number; pattern: RegExp; kinds: string }>(
   Object.entries(IBAN_REGISTRY).map(([code, [length, bban]]) => {
-    const source = [...bban.matchAll(/(\d+)!?([nac])/g)]
-      .map(([, count, kind]) => `${kind === 'n' ? '[0-9]' : kind === 'a' ? '[A-Z]' : '[A-Z0-9]'}{${count}}`)
-      .join('');
-    return [code, { length, pattern: new RegExp(`^${source}$`) }];
+    const parts = [...bban.matchAll(/(\d+)!?([nac])/g)].map(([, count, kind]) => ({ count: Number(count), kind: kind! }));
+    const source = parts.map(({ count, kind }) => `${kind === 'n' ? '[0-9]' : kind === 'a' ? '[A-Z]' : '[A-Z0-9]'}{${count}}`).join('');
+    const kinds = parts.map(({ count, kind }) => kind.repeat(count)).join('');
+    return [code, { length, pattern: new RegExp(`^${source}$`), kinds }];
   }),
 );
+
+const COUNTRY_INITIALS = new Set([...BBAN_PATTERNS.keys()].map((code) => code[0]));
+const MAX_IBAN_LENGTH = Math.max(...[...BBAN_PATTERNS.values()].map((p) => p.length));
 
 function symbols(text: string): Symbol[] {
   const out: Symbol[] = [];
@@ -90,4 +94,53 @@ export function findIbans(text: string): Redaction[] {
     p = q - 1;
   }
   return found;
+}
+
+function fitsKind(ch: string, kind: string | undefined): boolean {
+  const digit = ch >= '0' && ch <= '9';
+  return kind === 'n' ? digit : kind === 'a' ? !digit : kind === 'c';
+}
+
+/**
+ * For streaming: where the earliest IBAN that text still to come could complete begins (its first character), or
+ * `text.length` if none can. Whatever lies before that point is judged the same whatever follows it.
+ */
+export function openIbanStart(text: string): number {
+  const stream = symbols(text);
+  const last = stream.length - 1;
+  if (last < 0) return text.length;
+  // After the last symbol, a hard break or more than two separators settles every candidate.
+  let separators = 0;
+  for (let i = stream[last]!.end; i < text.length;) {
+    const cp = text.codePointAt(i)!;
+    if (isSeparator(cp)) {
+      if (++separators > MAX_SEPARATORS) return text.length;
+    } else if (!isInvisible(cp)) {
+      return text.length;
+    }
+    i += cp > 0xffff ? 2 : 1;
+  }
+  // The trailing symbols still joined to the last one, no more than an IBAN's length.
+  let chainStart = last;
+  while (chainStart > 0 && last - chainStart + 1 < MAX_IBAN_LENGTH) {
+    const s = stream[chainStart]!;
+    if (s.breakBefore || s.separatorsBefore > MAX_SEPARATORS) break;
+    chainStart--;
+  }
+  for (let p = chainStart; p <= last; p++) {
+    const first = stream[p]!;
+    if (!mayStart(stream, p) || fitsKind(first.ch, 'n')) continue;
+    // A country code's second letter must follow its first directly.
+    if (p === last) {
+      if (separators === 0 && COUNTRY_INITIALS.has(first.ch)) return first.start;
+      continue;
+    }
+    const second = stream[p + 1]!;
+    const shape = BBAN_PATTERNS.get(first.ch + second.ch);
+    if (!shape || second.separatorsBefore > 0 || last - p + 1 > shape.length) continue;
+    let fits = true;
+    for (let k = 2; fits && p + k <= last; k++) fits = fitsKind(stream[p + k]!.ch, k < 4 ? 'n' : shape.kinds[k - 4]);
+    if (fits) return first.start;
+  }
+  return text.length;
 }

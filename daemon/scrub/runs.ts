@@ -73,3 +73,32 @@ export function digitRuns(text: string): DigitRun[] {
   closeRun();
   return runs;
 }
+
+/**
+ * For streaming: where the digit run still open at the end of `text` begins (text to come may extend it, and only
+ * a whole run can be judged), or `text.length` if the text does not end inside one.
+ */
+export function openRunStart(text: string): number {
+  let i = text.length;
+  let separators = 0;
+  const before = (at: number) => {
+    const low = text.charCodeAt(at - 1);
+    return low >= 0xdc00 && low <= 0xdfff && at >= 2 ? text.codePointAt(at - 2)! : low;
+  };
+  // The Arabic decimal separator joins groups too (only right after a digit, but assuming it always does is safe).
+  const joins = (cp: number) => isSeparator(cp) || cp === 0x066b;
+  let start = text.length;
+  while (i > 0) {
+    const cp = before(i);
+    if (digitValue(cp) >= 0) {
+      start = i - (cp > 0xffff ? 2 : 1);
+      separators = 0;
+    } else if (joins(cp)) {
+      if (++separators > MAX_SEPARATORS) break;
+    } else if (!isInvisible(cp)) {
+      break;
+    }
+    i -= cp > 0xffff ? 2 : 1;
+  }
+  return start;
+}

@@ -9,33 +9,53 @@ export interface Detector {
   (text: string): Redaction[];
 }
 
+export const noRedactions = (): RedactionCounts => ({ NATIONAL_ID: 0, IQAMA: 0, IBAN: 0, CARD: 0 });
+
+/** Keeps, in order of start, each detection that does not overlap one kept before it (the longer wins a tie). */
+export function resolveOverlaps(detections: Redaction[]): Redaction[] {
+  const all = [...detections].sort((a, b) => a.start - b.start || b.end - a.end);
+  const kept: Redaction[] = [];
+  for (const r of all) if (!kept.length || r.start >= kept[kept.length - 1]!.end) kept.push(r);
+  return kept;
+}
+
 export class ScrubSession {
   private readonly placeholders = new Map<string, string>();
-  private readonly distinct: RedactionCounts = { NATIONAL_ID: 0, IQAMA: 0, IBAN: 0, CARD: 0 };
-  private readonly counted: RedactionCounts = { NATIONAL_ID: 0, IQAMA: 0, IBAN: 0, CARD: 0 };
+  private readonly distinct = noRedactions();
+  private readonly counted = noRedactions();
 
   constructor(private readonly detectors: Detector[] = [findIbans, findNumbers]) {}
 
+  /** Every detector's findings in `text`, before overlaps are resolved. */
+  detect(text: string): Redaction[] {
+    return this.detectors.flatMap((detect) => detect(text));
+  }
+
   /** Finds what to redact in `text` (spans in the original, in order, not overlapping). */
   find(text: string): Redaction[] {
-    const all = this.detectors.flatMap((detect) => detect(text)).sort((a, b) => a.start - b.start || b.end - a.end);
-    const kept: Redaction[] = [];
-    for (const r of all) if (!kept.length || r.start >= kept[kept.length - 1]!.end) kept.push(r);
-    return kept;
+    return resolveOverlaps(this.detect(text));
   }
 
   /** The text with every value replaced by its placeholder; everything else byte-identical. */
-  scrub(text: string): string {
-    const redactions = this.find(text);
-    if (!redactions.length) return text;
+  scrub(text: string, tally?: RedactionCounts): string {
+    return this.replace(text, this.find(text), 0, text.length, tally);
+  }
+
+  /**
+   * `text` from `from` to `to` with the given redactions (which must lie inside that range, in order) replaced by
+   * their placeholders, counted into this session and into `tally` if given.
+   */
+  replace(text: string, redactions: Redaction[], from: number, to: number, tally?: RedactionCounts): string {
+    if (!redactions.length) return text.slice(from, to);
     let out = '';
-    let at = 0;
+    let at = from;
     for (const r of redactions) {
       out += text.slice(at, r.start) + this.placeholderFor(r);
       at = r.end;
       this.counted[r.type]++;
+      if (tally) tally[r.type]++;
     }
-    return out + text.slice(at);
+    return out + text.slice(at, to);
   }
 
   /** How many values of each type were replaced so far in this request (for the audit entry). */

@@ -3,7 +3,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
-import type { ScrubSession } from '../../scrub/index.js';
+import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { abortOnDisconnect } from '../lifetime.js';
@@ -150,6 +150,27 @@ function scrubChat(raw: unknown, session: ScrubSession): void {
   }
 }
 
+/**
+ * The model's answer goes through the request's scrubbing session (same placeholders as the prompt) unless the
+ * configuration turns answer scrubbing off; what it replaces is counted for the audit entry.
+ */
+function answerScrubbing(deps: PipelineDeps, request: FastifyRequest): AnswerScrubbing | null {
+  if (!deps.config.scrub.output) return null;
+  const tally = noRedactions();
+  request.call.outputRedactions = tally;
+  return { session: request.call.scrubSession ?? new ScrubSession(), tally };
+}
+
+interface AnswerScrubbing {
+  session: ScrubSession;
+  tally: RedactionCounts;
+}
+
+function scrubToolCalls(calls: ChatResult['toolCalls'], scrubbing: AnswerScrubbing | null): ChatResult['toolCalls'] {
+  if (!scrubbing) return calls;
+  return calls.map((c) => ({ ...c, arguments: scrubbing.session.scrub(c.arguments, scrubbing.tally) }));
+}
+
 export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
   const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens, scrub: scrubChat };
   v1.post<{ Body: ChatBody }>(
@@ -162,11 +183,16 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const created = Math.floor(Date.now() / 1000);
       const signal = abortOnDisconnect(request, reply);
       const onUsage = (u: Usage) => (request.call.usedTokens = u.promptTokens + u.completionTokens);
-      if (request.body.stream) return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage });
+      const scrubbing = answerScrubbing(deps, request);
+      if (request.body.stream) {
+        return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing });
+      }
 
       const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
       request.call.engineWork = work;
       const result = await work;
+      const content = scrubbing ? scrubbing.session.scrub(result.content, scrubbing.tally) : result.content;
+      const toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
       return {
         id,
         object: 'chat.completion',
@@ -177,11 +203,11 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
             index: 0,
             message: {
               role: 'assistant',
-              content: result.toolCalls.length ? null : result.content,
+              content: toolCalls.length ? null : content,
               refusal: null,
-              ...(result.toolCalls.length
+              ...(toolCalls.length
                 ? {
-                    tool_calls: result.toolCalls.map((c) => ({
+                    tool_calls: toolCalls.map((c) => ({
                       id: c.id,
                       type: 'function',
                       function: { name: c.name, arguments: c.arguments },
@@ -207,6 +233,7 @@ interface StreamArgs {
   created: number;
   signal: AbortSignal;
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
+  scrubbing: AnswerScrubbing | null;
 }
 
 /**
@@ -215,10 +242,31 @@ interface StreamArgs {
  * an ordinary error response with its own status and Retry-After.
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
-  const { engine, modelId, chatRequest, id, created, signal, onUsage } = args;
+  const { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing } = args;
   const out = new PassThrough();
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
     out.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
+  const contentChunk = (content: string) => {
+    if (content) chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: null }]);
+  };
+  // Text that might be the start of a value is held back until the next pieces settle it (never the whole answer).
+  const scrubber = scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally) : null;
+  // If scrubbing the answer fails, generation stops and nothing more of the answer is sent.
+  let scrubFailure: Error | null = null;
+  const stopGenerating = new AbortController();
+  const scrubbed = (step: () => string) => {
+    try {
+      contentChunk(step());
+    } catch (err) {
+      scrubFailure = err instanceof Error ? err : new Error(String(err));
+      stopGenerating.abort();
+    }
+  };
+  const passOn = (text: string) => {
+    if (scrubFailure) return;
+    if (!scrubber) contentChunk(text);
+    else scrubbed(() => scrubber.push(text));
+  };
 
   return new Promise((resolve, reject) => {
     let started = false;
@@ -233,19 +281,22 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         onStart: start,
         onText: (text) => {
           start();
-          chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]);
+          passOn(text);
         },
-        signal,
+        signal: AbortSignal.any([signal, stopGenerating.signal]),
         onUsage,
       })
       .then((result) => {
         start();
-        if (result.toolCalls.length) {
+        if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
+        if (scrubFailure) throw scrubFailure;
+        const toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
+        if (toolCalls.length) {
           chunk([
             {
               index: 0,
               delta: {
-                tool_calls: result.toolCalls.map((c, i) => ({
+                tool_calls: toolCalls.map((c, i) => ({
                   index: i,
                   id: c.id,
                   type: 'function',
@@ -266,7 +317,15 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           reject(err instanceof Error ? err : new Error(String(err)));
           return;
         }
-        if (!signal.aborted) {
+        if (scrubFailure && !signal.aborted) {
+          // The message names no value; the answer's remaining text is dropped.
+          request.log.error({ err: scrubFailure.message }, 'scrubbing the answer failed');
+          const error = new ApiError(
+            'internal_error',
+            'Scrubbing the answer failed, so the rest of it was withheld. Retry; if it persists, report the X-Request-Id.',
+          );
+          out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+        } else if (!signal.aborted) {
           const error =
             err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
           if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');

@@ -1,0 +1,110 @@
+// Scrubbing text that arrives in pieces (a model's streamed answer). Each piece is passed on as soon as nothing that
+// could still arrive can change how it is scrubbed; only the tail that might be the start of a value, or part of a
+// digit run that has not ended, is held back. The output, joined, is exactly what scrubbing the whole text at once
+// gives, wherever the pieces were cut.
+import { digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
+import { openIbanStart } from './iban.js';
+import { openRunStart } from './runs.js';
+import { noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
+
+/** Neither joins nor continues a value: after it, matching starts afresh. */
+function isHardBreak(cp: number): boolean {
+  return digitValue(cp) < 0 && !latinLetter(cp) && !isSeparator(cp) && !isInvisible(cp) && cp !== 0x066b;
+}
+
+export class StreamScrubber {
+  /** Text not yet dropped, starting where matching starts afresh. */
+  private window = '';
+  /** How much of the window has been passed on (never inside a value). */
+  private passed = 0;
+  private largestHold = 0;
+
+  /** Placeholders come from `session`; what this stream replaces is also counted into `tally`. */
+  constructor(
+    private readonly session: ScrubSession,
+    private readonly tally: RedactionCounts = noRedactions(),
+  ) {}
+
+  /** Takes the next piece; returns the scrubbed text that can be passed on now (possibly empty). */
+  push(piece: string): string {
+    this.window += piece;
+    const detected = this.session.detect(this.window);
+    // A high surrogate at the end waits for its other half (it may be half of a digit).
+    const whole = this.window.slice(0, this.wholeCharacters());
+    let settled = Math.min(openRunStart(whole), openIbanStart(whole));
+    // A value found across the settled point waits with it (and so may one found across that value's start).
+    for (let moved = true; moved;) {
+      moved = false;
+      for (const r of detected) {
+        if (r.start < settled && r.end > settled) {
+          settled = r.start;
+          moved = true;
+        }
+      }
+    }
+    const out = this.pass(detected, settled);
+    this.largestHold = Math.max(this.largestHold, this.window.length - this.passed);
+    this.dropSettled(detected);
+    return out;
+  }
+
+  /** The end of the stream: everything still held, scrubbed. */
+  end(): string {
+    const out = this.pass(this.session.detect(this.window), this.window.length);
+    this.window = '';
+    this.passed = 0;
+    return out;
+  }
+
+  /** Characters held back right now, and the most held back at any point. */
+  get held(): number {
+    return this.window.length - this.passed;
+  }
+  get mostHeld(): number {
+    return this.largestHold;
+  }
+
+  /** Values replaced in this stream, by type. */
+  counts(): RedactionCounts {
+    return { ...this.tally };
+  }
+
+  /** The window's length, less a high surrogate at its end whose other half has not arrived. */
+  private wholeCharacters(): number {
+    const last = this.window.charCodeAt(this.window.length - 1);
+    return last >= 0xd800 && last <= 0xdbff ? this.window.length - 1 : this.window.length;
+  }
+
+  private pass(detected: ReturnType<ScrubSession['detect']>, to: number): string {
+    if (to <= this.passed) return '';
+    const resolved = resolveOverlaps(detected);
+    // Cannot happen by construction (nothing before `passed` depends on what follows it); if it ever did, failing
+    // the stream is the only way not to leak the rest of a value.
+    if (resolved.some((r) => r.start < this.passed && r.end > this.passed)) {
+      throw new Error('a value was found across text already passed on');
+    }
+    const redactions = resolved.filter((r) => r.start >= this.passed && r.end <= to);
+    const out = this.session.replace(this.window, redactions, this.passed, to, this.tally);
+    this.passed = to;
+    return out;
+  }
+
+  /**
+   * Drops the passed-on text up to the last point where matching would start afresh and find the same: after a
+   * hard break, or at a Latin letter after a separator (a word start), and never inside anything a detector found.
+   */
+  private dropSettled(detected: ReturnType<ScrubSession['detect']>): void {
+    const w = this.window;
+    for (let r = this.passed; r > 0; r--) {
+      const previous = w.charCodeAt(r - 1);
+      if (previous >= 0xd800 && previous <= 0xdbff) continue; // never between the halves of a surrogate pair
+      const high = r >= 2 ? w.charCodeAt(r - 2) : 0;
+      const cp = previous >= 0xdc00 && previous <= 0xdfff && high >= 0xd800 && high <= 0xdbff ? w.codePointAt(r - 2)! : previous;
+      const reset = isHardBreak(cp) || (isSeparator(previous) && latinLetter(w.charCodeAt(r)) !== '');
+      if (!reset || detected.some((d) => d.start < r && d.end > r)) continue;
+      this.window = w.slice(r);
+      this.passed -= r;
+      return;
+    }
+  }
+}
