@@ -1,6 +1,10 @@
 // The characters that matter to matching numbers: decimal digits of every script people write here (with their
 // values), separators people put inside numbers, and characters that are invisible or only steer direction.
 // JavaScript's \d is ASCII-only even with /u, and NFKC does not fold Arabic-Indic digits, so digits are mapped here.
+// Each list below is the single source for both a lookup table (what the scanners ask per character) and a
+// regular-expression class (what lets the regex engine skip text that holds no digit).
+
+type Range = readonly [first: number, last: number];
 
 /** First code point (the zero) of each decimal-digit block we read. */
 const DIGIT_ZEROS = [
@@ -15,46 +19,67 @@ const DIGIT_ZEROS = [
 const MATH_DIGITS_START = 0x1d7ce;
 const MATH_DIGITS_END = 0x1d7ff;
 
-/** The digit's value, or -1 if the code point is not a digit we read. */
-export function digitValue(cp: number): number {
-  for (const zero of DIGIT_ZEROS) if (cp >= zero && cp <= zero + 9) return cp - zero;
-  if (cp >= MATH_DIGITS_START && cp <= MATH_DIGITS_END) return (cp - MATH_DIGITS_START) % 10;
-  return -1;
-}
-
 /** Spaces, dashes, minus signs and dots people put between groups of digits. */
-export function isSeparator(cp: number): boolean {
-  return (
-    cp === 0x20 || // space
-    cp === 0xa0 || // no-break space
-    cp === 0x202f || // narrow no-break space
-    (cp >= 0x2000 && cp <= 0x200a) || // en quad … hair space (thin space is 0x2009)
-    cp === 0x2d || // hyphen-minus
-    (cp >= 0x2010 && cp <= 0x2015) || // hyphen … horizontal bar
-    cp === 0x2212 || // minus sign
-    cp === 0xfe63 || // small hyphen-minus
-    cp === 0xff0d || // fullwidth hyphen-minus
-    cp === 0x2e || // full stop
-    cp === 0xff0e // fullwidth full stop
-  );
-}
+const SEPARATORS: Range[] = [
+  [0x20, 0x20], // space
+  [0xa0, 0xa0], // no-break space
+  [0x202f, 0x202f], // narrow no-break space
+  [0x2000, 0x200a], // en quad … hair space (thin space is 0x2009)
+  [0x2d, 0x2d], // hyphen-minus
+  [0x2010, 0x2015], // hyphen … horizontal bar
+  [0x2212, 0x2212], // minus sign
+  [0xfe63, 0xfe63], // small hyphen-minus
+  [0xff0d, 0xff0d], // fullwidth hyphen-minus
+  [0x2e, 0x2e], // full stop
+  [0xff0e, 0xff0e], // fullwidth full stop
+];
 
 /** Characters that show nothing, or only steer direction: matching sees through them, redaction covers them. */
+const INVISIBLES: Range[] = [
+  [0x200e, 0x200f], // LRM, RLM
+  [0x061c, 0x061c], // ALM
+  [0x202a, 0x202e], // LRE, RLE, PDF, LRO, RLO
+  [0x2066, 0x2069], // LRI, RLI, FSI, PDI
+  [0x200b, 0x200d], // zero width space, ZWNJ, ZWJ
+  [0x2060, 0x2060], // word joiner
+  [0xfeff, 0xfeff], // BOM / zero width no-break space
+  [0x00ad, 0x00ad], // soft hyphen
+  [0x0640, 0x0640], // tatweel
+];
+
+const SEPARATOR = 1;
+const INVISIBLE = 2;
+/** Per BMP code point: its digit value or -1, and whether it is a separator or invisible. */
+const DIGIT_VALUES = new Int8Array(0x10000).fill(-1);
+const KINDS = new Uint8Array(0x10000);
+for (const zero of DIGIT_ZEROS) for (let d = 0; d <= 9; d++) DIGIT_VALUES[zero + d] = d;
+for (const [first, last] of SEPARATORS) for (let cp = first; cp <= last; cp++) KINDS[cp] = KINDS[cp]! | SEPARATOR;
+for (const [first, last] of INVISIBLES) for (let cp = first; cp <= last; cp++) KINDS[cp] = KINDS[cp]! | INVISIBLE;
+
+function hex(n: number): string {
+  return n.toString(16).padStart(4, '0');
+}
+const classBody = (ranges: Range[]) =>
+  ranges.map(([first, last]) => (first === last ? `\\u${hex(first)}` : `\\u${hex(first)}-\\u${hex(last)}`)).join('');
+
+/** Regular-expression class bodies for the lists above; mathematical digits as their UTF-16 pairs. */
+export const DIGIT_CLASS = classBody(DIGIT_ZEROS.map((zero) => [zero, zero + 9] as const));
+export const MATH_DIGIT_PATTERN = `\\ud835[\\u${hex(MATH_DIGITS_START - 0x1d400 + 0xdc00)}-\\u${hex(MATH_DIGITS_END - 0x1d400 + 0xdc00)}]`;
+export const SEPARATOR_CLASS = classBody(SEPARATORS);
+export const INVISIBLE_CLASS = classBody(INVISIBLES);
+
+/** The digit's value, or -1 if the code point is not a digit we read. */
+export function digitValue(cp: number): number {
+  if (cp <= 0xffff) return DIGIT_VALUES[cp]!;
+  return cp >= MATH_DIGITS_START && cp <= MATH_DIGITS_END ? (cp - MATH_DIGITS_START) % 10 : -1;
+}
+
+export function isSeparator(cp: number): boolean {
+  return cp <= 0xffff && (KINDS[cp]! & SEPARATOR) !== 0;
+}
+
 export function isInvisible(cp: number): boolean {
-  return (
-    cp === 0x200e || // LRM
-    cp === 0x200f || // RLM
-    cp === 0x061c || // ALM
-    (cp >= 0x202a && cp <= 0x202e) || // LRE, RLE, PDF, LRO, RLO
-    (cp >= 0x2066 && cp <= 0x2069) || // LRI, RLI, FSI, PDI
-    cp === 0x200b || // zero width space
-    cp === 0x200c || // ZWNJ
-    cp === 0x200d || // ZWJ
-    cp === 0x2060 || // word joiner
-    cp === 0xfeff || // BOM / zero width no-break space
-    cp === 0x00ad || // soft hyphen
-    cp === 0x0640 // tatweel
-  );
+  return cp <= 0xffff && (KINDS[cp]! & INVISIBLE) !== 0;
 }
 
 /** Latin letters, in any case and in fullwidth form, as upper-case ASCII; otherwise an empty string. */

@@ -1,7 +1,7 @@
 // Which spans of a text are personal data, by type. Saudi national ID and Iqama numbers: ten digits starting with
 // 1 or 2, Luhn-valid. Payment cards: 13–19 digits, Luhn-valid, in a known issuer range with that range's length.
 import { luhnValid } from './checksums.js';
-import { digitRuns } from './runs.js';
+import { digitRuns, type DigitScan } from './runs.js';
 
 export type RedactionType = 'NATIONAL_ID' | 'IQAMA' | 'IBAN' | 'CARD';
 
@@ -67,19 +67,24 @@ function classifyDigits(d: string): RedactionType | null {
   return null;
 }
 
-/** National IDs, Iqama numbers and cards in `text`, non-overlapping, in order. */
-export function findNumbers(text: string): Redaction[] {
+/** National IDs, Iqama numbers and cards in `text` (whose digits `scan` found), non-overlapping, in order. */
+export function findNumbers(text: string, scan: DigitScan = digitRuns(text)): Redaction[] {
   const found: Redaction[] = [];
-  for (const { groups } of digitRuns(text)) {
-    const candidates: Redaction[] = [];
+  for (const { digits, groups } of scan.runs) {
+    let candidates: Redaction[] | null = null;
     for (let a = 0; a < groups.length; a++) {
-      let digits = '';
-      for (let b = a; b < groups.length && digits.length <= 19; b++) {
-        digits += groups[b]!.digits;
-        const type = classifyDigits(digits);
-        if (type) candidates.push({ type, start: groups[a]!.starts[0]!, end: groups[b]!.end, value: digits });
+      const from = groups[a]!.from;
+      for (let b = a; b < groups.length; b++) {
+        const length = groups[b]!.to - from;
+        if (length > 19) break;
+        // Only ten digits starting with 1 or 2, or 13 to 19 digits, can be a value: skip the rest without slicing.
+        if (length === 10 ? digits.charCodeAt(from) > 50 || digits.charCodeAt(from) < 49 : length < 13) continue;
+        const value = digits.slice(from, groups[b]!.to);
+        const type = classifyDigits(value);
+        if (type) (candidates ??= []).push({ type, start: groups[a]!.start, end: groups[b]!.end, value });
       }
     }
+    if (!candidates) continue;
     // The longest valid reading wins; the rest must not overlap it.
     candidates.sort((x, y) => y.value.length - x.value.length || x.start - y.start);
     const taken: Redaction[] = [];

@@ -5,6 +5,7 @@ import { digitValue, isInvisible, isSeparator, latinLetter } from './characters.
 import { ibanValid } from './checksums.js';
 import type { Redaction } from './detect.js';
 import { IBAN_REGISTRY } from './iban-registry.js';
+import { digitRuns, type DigitScan } from './runs.js';
 
 interface Symbol {
   ch: string;
@@ -71,27 +72,115 @@ function mayStart(stream: Symbol[], p: number): boolean {
   return startsWord(s) || !/[0-9]/.test(stream[p - 1]?.ch ?? '');
 }
 
-export function findIbans(text: string): Redaction[] {
-  const stream = symbols(text);
+/** The code point that ends just before `at` (its width: 2 above U+FFFF, else 1). */
+function before(text: string, at: number): number {
+  const low = text.charCodeAt(at - 1);
+  if (low >= 0xdc00 && low <= 0xdfff && at >= 2) {
+    const high = text.charCodeAt(at - 2);
+    if (high >= 0xd800 && high <= 0xdbff) return text.codePointAt(at - 2)!;
+  }
+  return low;
+}
+const widthOf = (cp: number) => (cp > 0xffff ? 2 : 1);
+
+/**
+ * The country code an IBAN whose check digits begin the run at `runStart` would have: two Latin letters (nothing but
+ * invisible characters between them), then at most two separators before the digit. Empty if there is none; then
+ * `codeStart` is where the first letter is.
+ */
+let codeStart = -1;
+function countryCodeBefore(text: string, runStart: number): string {
+  let i = runStart;
+  let separators = 0;
+  for (;;) {
+    if (i === 0) return '';
+    const cp = before(text, i);
+    if (isInvisible(cp)) i -= widthOf(cp);
+    else if (isSeparator(cp) && ++separators <= MAX_SEPARATORS) i -= widthOf(cp);
+    else break;
+  }
+  let code = '';
+  for (;;) {
+    if (i === 0) return '';
+    const cp = before(text, i);
+    if (code.length === 1 && isInvisible(cp)) {
+      i -= widthOf(cp);
+      continue;
+    }
+    const letter = latinLetter(cp);
+    if (!letter) return '';
+    i -= widthOf(cp);
+    code = letter + code;
+    if (code.length === 2) {
+      codeStart = i;
+      return code;
+    }
+  }
+}
+
+/** Reads up to `count` symbols from `start` (the first being a symbol), with what lies between them. */
+function symbolsFrom(text: string, start: number, count: number): Symbol[] {
+  const out: Symbol[] = [];
+  let separators = 0;
+  let broken = false;
+  for (let i = start; i < text.length && out.length < count;) {
+    const cp = text.codePointAt(i)!;
+    const width = cp > 0xffff ? 2 : 1;
+    const value = digitValue(cp);
+    const letter = value >= 0 ? '' : latinLetter(cp);
+    if (value >= 0 || letter) {
+      out.push({ ch: value >= 0 ? String(value) : letter, start: i, end: i + width, separatorsBefore: separators, breakBefore: broken });
+      separators = 0;
+      broken = false;
+    } else if (isInvisible(cp)) {
+      // seen through
+    } else if (isSeparator(cp)) {
+      separators++;
+    } else {
+      broken = true;
+      separators = 0;
+    }
+    i += width;
+  }
+  return out;
+}
+
+/** Whether an IBAN may begin at `start`: at a word start, or after letters, never right after a digit. */
+function mayStartAt(text: string, start: number): boolean {
+  for (let i = start; i > 0;) {
+    const cp = before(text, i);
+    if (isInvisible(cp)) i -= widthOf(cp);
+    else return digitValue(cp) < 0;
+  }
+  return true;
+}
+
+/**
+ * IBANs in `text`. Every IBAN's check digits begin a digit run (a letter ends any run before them), so candidates
+ * are looked for only just before the runs `digitRuns` found, and text without digits costs nothing more here.
+ */
+export function findIbans(text: string, scan: DigitScan = digitRuns(text)): Redaction[] {
   const found: Redaction[] = [];
-  for (let p = 0; p + 4 < stream.length; p++) {
-    const first = stream[p]!;
-    if (!mayStart(stream, p)) continue;
-    const registry = BBAN_PATTERNS.get(first.ch + stream[p + 1]!.ch);
-    if (!registry || stream[p + 1]!.separatorsBefore > 0 || stream[p + 1]!.breakBefore) continue;
+  let lastEnd = 0;
+  for (const runStart of scan.starts) {
+    const code = countryCodeBefore(text, runStart);
+    const registry = code ? BBAN_PATTERNS.get(code) : undefined;
+    const start = codeStart;
+    if (!registry || start < lastEnd || !mayStartAt(text, start)) continue;
+    const symbols = symbolsFrom(text, start, registry.length + 1);
     let value = '';
-    let q = p;
-    for (; q < stream.length && value.length < registry.length; q++) {
-      const s = stream[q]!;
-      if (q > p && (s.breakBefore || s.separatorsBefore > MAX_SEPARATORS)) break;
+    let q = 0;
+    for (; q < symbols.length && value.length < registry.length; q++) {
+      const s = symbols[q]!;
+      if (q > 0 && (s.breakBefore || s.separatorsBefore > MAX_SEPARATORS)) break;
       value += s.ch;
     }
     if (value.length !== registry.length) continue;
-    const next = stream[q];
+    const next = symbols[q];
     if (next && !startsWord(next)) continue;
     if (!/^[A-Z]{2}[0-9]{2}/.test(value) || !registry.pattern.test(value.slice(4)) || !ibanValid(value)) continue;
-    found.push({ type: 'IBAN', start: first.start, end: stream[q - 1]!.end, value });
-    p = q - 1;
+    found.push({ type: 'IBAN', start, end: symbols[q - 1]!.end, value });
+    lastEnd = symbols[q - 1]!.end;
   }
   return found;
 }
