@@ -273,7 +273,8 @@ t.test("streaming holds back only a short tail: a value's length, not the answer
 t.test('sovereign scrub: text on stdin, and --jsonl with offsets into the input', async (t) => {
   const { spawnSync } = await import('node:child_process');
   const { BIN } = await import('./helpers/daemon.js');
-  const run = (args: string[], input: string) => spawnSync(BIN, ['scrub', ...args], { input, encoding: 'utf8' });
+  const run = (args: string[], input: string) =>
+    spawnSync(BIN, ['scrub', ...args], { input, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
   const text = run([], `Ali ${nid}\nno data 2024-05-12\nagain ${nid} and SA0380000000608010167519\n`);
   t.equal(text.status, 0, text.stderr);
   t.equal(
@@ -281,6 +282,12 @@ t.test('sovereign scrub: text on stdin, and --jsonl with offsets into the input'
     'Ali [NATIONAL_ID]\nno data 2024-05-12\nagain [NATIONAL_ID] and [IBAN]\n',
     'one placeholder per value across the file',
   );
+  const crlf = run([], `a ${nid}\r\nb\r\nno newline at the end ${iqama}`);
+  t.equal(crlf.stdout, 'a [NATIONAL_ID]\r\nb\r\nno newline at the end [IQAMA]', 'line endings kept, nothing added');
+  // Larger than a pipe's read, with values straddling every 64 KiB boundary: still found, as in one piece.
+  const big = Array.from({ length: 40 }, (_, i) => `${'x'.repeat(65536 - 30 + (i % 7))} ${nid} ${iqama} `).join('');
+  const streamedBig = run([], big);
+  t.equal(streamedBig.stdout, new ScrubSession().scrub(big), `${(big.length / 1e6).toFixed(1)} MB through the CLI`);
   const input = `card ${visa} ok`;
   const jsonl = run(['--jsonl'], `${JSON.stringify({ text: input })}\n`);
   t.equal(jsonl.status, 0, jsonl.stderr);

@@ -16,6 +16,7 @@ Commands:
   models           list the manifest's models (present, verified, fits) and import model files
   probe            print the hardware facts the daemon sees
   scrub            replace personal data in text on stdin (IDs, Iqama, IBAN, cards)
+  audit            provision the TPM signing key, export and verify the audit log
 
 Every command takes --help, and --json for machine-readable output.`;
 
@@ -30,6 +31,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   models: async () => (await import('./models.js')).modelsCommand,
   probe: async () => (await import('./models.js')).probeCommand,
   scrub: async () => (await import('./scrub.js')).scrubCommand,
+  audit: async () => (await import('./audit.js')).auditCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

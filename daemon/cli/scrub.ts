@@ -1,8 +1,8 @@
 // `sovereign scrub`: stdin → stdout with personal data replaced, for operators cleaning a file before sharing it.
-// Line by line, so files of any size stream through; no value spans a newline. One session for the whole input, so
-// a value gets the same placeholder everywhere in the file.
+// Streamed, so files of any size go through in constant memory (a value cut between two reads is still found). One
+// session for the whole input, so a value gets the same placeholder everywhere in the file.
 import { createInterface } from 'node:readline';
-import { ScrubSession } from '../scrub/index.js';
+import { ScrubSession, StreamScrubber } from '../scrub/index.js';
 import { parse, UsageError } from './args.js';
 
 export const SCRUB_HELP = `Usage: sovereign scrub [--jsonl]
@@ -24,16 +24,20 @@ export async function scrubCommand(argv: string[]): Promise<number> {
   }
   if (positionals.length) throw new UsageError(`unexpected argument '${positionals[0]}'`);
   const session = new ScrubSession();
+  const write = (s: string) =>
+    !s || process.stdout.write(s) ? Promise.resolve() : new Promise<void>((r) => process.stdout.once('drain', () => r()));
+  if (!values.jsonl) {
+    // As a stream: the output is the input byte for byte (line endings included) except for the values replaced.
+    const stream = new StreamScrubber(session);
+    process.stdin.setEncoding('utf8');
+    for await (const piece of process.stdin) await write(stream.push(piece as string));
+    await write(stream.end());
+    return 0;
+  }
   const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
   let lineNumber = 0;
-  const write = (s: string) =>
-    process.stdout.write(s) ? Promise.resolve() : new Promise<void>((r) => process.stdout.once('drain', () => r()));
   for await (const line of lines) {
     lineNumber++;
-    if (!values.jsonl) {
-      await write(`${session.scrub(line)}\n`);
-      continue;
-    }
     if (!line.trim()) continue;
     let record: unknown;
     try {

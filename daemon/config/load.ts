@@ -49,6 +49,8 @@ export const ENV_OVERRIDES: ReadonlyArray<{ env: string; key: string; type: 'str
   { env: 'SOVEREIGN_MANIFEST', key: 'manifest', type: 'string' },
   { env: 'SOVEREIGN_LOG_LEVEL', key: 'log.level', type: 'string' },
   { env: 'SOVEREIGN_SCRUB_OUTPUT', key: 'scrub.output', type: 'boolean' },
+  { env: 'SOVEREIGN_AUDIT_SIGNER', key: 'audit.signer', type: 'string' },
+  { env: 'SOVEREIGN_AUDIT_TCTI', key: 'audit.tcti', type: 'string' },
 ];
 
 const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']> = [
@@ -82,6 +84,14 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     log: { level: 'info', requests: false },
     models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0 },
     scrub: { output: true },
+    audit: {
+      signer: 'tpm',
+      tcti: 'device:/dev/tpmrm0',
+      keyHandle: '0x81000101',
+      primaryHandle: '0x81000100',
+      checkpointMs: 2000,
+      heartbeatMs: 300_000,
+    },
   };
 }
 

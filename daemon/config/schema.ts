@@ -36,6 +36,15 @@ export interface Config {
     threads: number;
   };
   scrub: { output: boolean };
+  audit: {
+    signer: 'tpm' | 'software';
+    tcti: string;
+    keyHandle: string;
+    primaryHandle: string;
+    origin?: string;
+    checkpointMs: number;
+    heartbeatMs: number;
+  };
 }
 
 const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
@@ -112,6 +121,34 @@ export const configSchema = {
           type: 'boolean',
           description: "Scrub chat models' answers too (streamed with a short hold-back), not only what they are sent.",
         },
+      },
+    },
+    audit: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        signer: {
+          enum: ['tpm', 'software'],
+          description: 'What signs audit checkpoints: the TPM, or a software key in the data directory (every checkpoint then says so).',
+        },
+        tcti: { type: 'string', minLength: 1, description: 'How tpm2-tools reach the TPM (TCTI), e.g. device:/dev/tpmrm0.' },
+        keyHandle: {
+          type: 'string',
+          pattern: '^0x81[0-9a-fA-F]{6}$',
+          description: "Persistent TPM handle of the checkpoint signing key ('sovereign audit init-tpm' creates it).",
+        },
+        primaryHandle: {
+          type: 'string',
+          pattern: '^0x81[0-9a-fA-F]{6}$',
+          description: 'Persistent TPM handle of the primary key the signing key lives under.',
+        },
+        origin: {
+          type: 'string',
+          pattern: '^[\\x21-\\x7e]+$',
+          description: 'The checkpoint origin line (no spaces); default sovereign/<region>.',
+        },
+        checkpointMs: positiveInt('How often a checkpoint is signed while the log grows, in ms.', 200, 3_600_000),
+        heartbeatMs: positiveInt('Longest time without a checkpoint while the log does not grow, in ms.', 1000, 86_400_000),
       },
     },
     log: {

@@ -15,6 +15,7 @@ export const ERRORS = {
   internal_error: { status: 500, type: 'server_error' },
   model_not_ready: { status: 503, type: 'server_error' },
   server_overloaded: { status: 503, type: 'server_error' },
+  audit_unavailable: { status: 503, type: 'server_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -3,6 +3,7 @@ import type { Config } from '../config/index.js';
 import { isSovereign } from '../config/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog, Readiness } from '../models/index.js';
+import type { AuditHealth, AuditService } from '../audit/index.js';
 
 export interface HealthReport {
   status: 'ok' | 'degraded';
@@ -14,9 +15,17 @@ export interface HealthReport {
   models: Array<{ id: string; capability: string; readiness: Readiness; detail?: string; busy?: number; waiting?: number }>;
   /** Manifest models this device does not serve, and why (missing, checksum, does not fit…). */
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
+  /** Entries logged, what signs checkpoints (tpm, software, or null when nothing can), the latest checkpoint. */
+  audit: AuditHealth | null;
 }
 
-export function healthReport(config: Config, catalog: ModelCatalog, engines: EngineRegistry, state: { startedAt: number }): HealthReport {
+export function healthReport(
+  config: Config,
+  catalog: ModelCatalog,
+  engines: EngineRegistry,
+  state: { startedAt: number },
+  audit?: AuditService,
+): HealthReport {
   const models = catalog.all().map((m) => ({
     id: m.id,
     capability: m.capability,
@@ -24,7 +33,8 @@ export function healthReport(config: Config, catalog: ModelCatalog, engines: Eng
     ...(m.detail ? { detail: m.detail } : {}),
     ...(engines.queueState(m.id) ?? {}),
   }));
-  const degraded = models.some((m) => m.readiness === 'failed');
+  const auditHealth = audit?.health() ?? null;
+  const degraded = models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem);
   return {
     status: degraded ? 'degraded' : 'ok',
     posture: config.posture,
@@ -33,5 +43,6 @@ export function healthReport(config: Config, catalog: ModelCatalog, engines: Eng
     uptime_s: Math.floor((Date.now() - state.startedAt) / 1000),
     models,
     unavailable_models: catalog.unavailable(),
+    audit: auditHealth,
   };
 }

@@ -3,11 +3,14 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors/index.js';
+import { sha256Hex } from './audit.js';
 
 export function registerJsonBody(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
+    // The audit entry holds the digest of the bytes as received.
+    request.call.requestSha256 = sha256Hex(body);
     if (!isUtf8(body)) {
       done(new ApiError('invalid_request_error', 'The request body is not valid UTF-8. Encode the JSON as UTF-8.'), undefined);
       return;

@@ -23,6 +23,10 @@ export interface CallContext {
   scrubSession: ScrubSession | null;
   /** What was replaced in the model's answer, by type, when answers are scrubbed. */
   outputRedactions: RedactionCounts | null;
+  /** SHA-256 (hex) of the raw request body, for the audit entry. */
+  requestSha256: string | null;
+  /** Set once the call's audit entry has been appended. */
+  audited: boolean;
 }
 
 /** What a route declares about itself; the pipeline's stages read it. */
@@ -57,5 +61,7 @@ export function newCallContext(): CallContext {
     redactions: null,
     scrubSession: null,
     outputRedactions: null,
+    requestSha256: null,
+    audited: false,
   };
 }

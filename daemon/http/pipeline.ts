@@ -12,11 +12,14 @@
 //   7. scrub             routes w/ text   500 internal_error if scrubbing fails: nothing reaches the engine
 //   8. handler           the engine call
 //   9. settle tokens     metered          when the call ends (even abandoned), the reservation becomes real usage
+//  10. audit             authenticated    entry on disk before the response leaves (X-Audit-Leaf); 503 audit_unavailable
+//                                         if it cannot be written (http/audit.ts)
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticate } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import { ApiError, MESSAGES } from '../errors/index.js';
 import { ScrubSession } from '../scrub/index.js';
+import type { AuditService } from '../audit/index.js';
 import type { KeyRegistry } from '../keys/index.js';
 import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
@@ -39,6 +42,8 @@ export interface PipelineDeps {
   state: DaemonState;
   /** X-Region and X-Sovereign, fixed for the life of the process. */
   fixedHeaders: Record<string, string>;
+  /** The audit trail; absent only in tests of the HTTP layer alone. */
+  audit?: AuditService;
 }
 
 type Hook = 'onRequest' | 'preHandler';

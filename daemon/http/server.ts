@@ -5,9 +5,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { ApiError } from '../errors/index.js';
+import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
 import { sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
 import { identifyStage, registerStages, v1Stages, type PipelineDeps } from './pipeline.js';
+import { registerAuditRoutes } from './routes/audit.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerEmbeddingsRoute } from './routes/embeddings.js';
 import { registerLivenessRoute, registerServiceRoutes } from './routes/service.js';
@@ -96,9 +98,11 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   void app.register(
     async (v1) => {
       registerStages(v1, v1Stages(deps));
+      registerAuditStage(v1, deps);
       registerServiceRoutes(v1, deps);
       registerChatRoute(v1, deps);
       registerEmbeddingsRoute(v1, deps);
+      registerAuditRoutes(v1, deps);
     },
     { prefix: '/v1' },
   );

@@ -4,7 +4,8 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
 import { EngineRegistry } from '../engines/index.js';
-import { buildApp, type DaemonState } from '../http/index.js';
+import { AuditService } from '../audit/index.js';
+import { buildApp, type DaemonState, type PipelineDeps } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { InFlightGate, KeyLimits } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
@@ -43,26 +44,31 @@ export async function startDaemon(
   const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
   const state: DaemonState = { draining: false, startedAt: Date.now() };
+
   const catalog = new ModelCatalog();
   const engines = new EngineRegistry();
-  const app = buildApp(
-    {
-      config,
-      keys: new KeyRegistry(store),
-      limits: new KeyLimits(),
-      gate: new InFlightGate(config.limits.maxInFlight),
-      catalog,
-      engines,
-      state,
-      fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
-    },
-    { logger, ...(https ? { https } : {}) },
-  );
+  const deps: PipelineDeps = {
+    config,
+    keys: new KeyRegistry(store),
+    limits: new KeyLimits(),
+    gate: new InFlightGate(config.limits.maxInFlight),
+    catalog,
+    engines,
+    state,
+    fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
+  };
+  const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
 
+  let audit: AuditService | undefined;
   try {
+    // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
+    // ever answered without the audit log.
+    audit = await AuditService.open(config, store, app.log);
+    deps.audit = audit;
     await app.listen({ host: listenHost(config), port: config.listen.port });
   } catch (err) {
     await app.close();
+    await audit?.close();
     await store.close();
     throw err;
   }
@@ -98,6 +104,8 @@ export async function startDaemon(
           await closed;
         }
         await models.dispose();
+        // A last checkpoint covering every call answered.
+        await audit.close();
         await store.close();
         app.log.info('sovereign stopped');
         return { drained: outcome === 'closed' };

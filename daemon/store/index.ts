@@ -3,12 +3,16 @@
 // CLI change keys while the daemon runs: a write commits durably and the daemon's next read sees it.
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { open, type Database, type RootDatabase } from 'lmdb';
+import { open, type Database, type Key, type RootDatabase } from 'lmdb';
 
 export interface Store {
   readonly path: string;
   /** A named database inside the environment, created on first use. */
-  db<V = unknown>(name: string): Database<V, string>;
+  db<V = unknown, K extends Key = string>(name: string): Database<V, K>;
+  /** A named database of raw bytes under number keys (the audit log), created on first use. */
+  bytes(name: string): Database<Buffer, number>;
+  /** Resolves when every write so far is committed and flushed to disk. */
+  flushed(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -25,16 +29,27 @@ export function openStore(dataDir: string): Store {
   for (const file of [dataDir, path, `${path}-lock`]) {
     if (existsSync(file)) chmodSync(file, file === dataDir ? 0o700 : 0o600);
   }
-  const opened = new Map<string, Database<unknown, string>>();
+  const opened = new Map<string, Database<unknown, Key>>();
   return {
     path,
-    db<V>(name: string): Database<V, string> {
+    db<V, K extends Key = string>(name: string): Database<V, K> {
       let db = opened.get(name);
       if (!db) {
-        db = root.openDB<unknown, string>({ name, compression: false });
+        db = root.openDB<unknown, string>({ name, compression: false }) as Database<unknown, Key>;
         opened.set(name, db);
       }
-      return db as Database<V, string>;
+      return db as unknown as Database<V, K>;
+    },
+    bytes(name: string): Database<Buffer, number> {
+      let db = opened.get(name);
+      if (!db) {
+        db = root.openDB<Buffer, number>({ name, compression: false, encoding: 'binary' }) as Database<unknown, Key>;
+        opened.set(name, db);
+      }
+      return db as unknown as Database<Buffer, number>;
+    },
+    async flushed() {
+      await root.flushed;
     },
     async close() {
       await root.close();

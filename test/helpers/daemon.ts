@@ -58,7 +58,8 @@ export async function startDaemon(
   env: NodeJS.ProcessEnv = {},
 ): Promise<RunningDaemon> {
   const proc = spawn(BIN, ['serve', '--port', '0', ...args], {
-    env: { ...cleanEnv(), ...env },
+    // Checkpoints are signed by a software key unless a test brings its own TPM (test/audit-tpm.test.ts does).
+    env: { ...cleanEnv(), SOVEREIGN_AUDIT_SIGNER: 'software', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];

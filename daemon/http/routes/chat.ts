@@ -1,4 +1,5 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
+import { createHash } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
@@ -6,6 +7,7 @@ import { ApiError } from '../../errors/index.js';
 import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
+import { AUDIT_UNAVAILABLE, recordCall } from '../audit.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { chatCompletionBody } from './schemas.js';
 
@@ -185,7 +187,8 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const onUsage = (u: Usage) => (request.call.usedTokens = u.promptTokens + u.completionTokens);
       const scrubbing = answerScrubbing(deps, request);
       if (request.body.stream) {
-        return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing });
+        const record = (sha: string) => recordCall(deps, request, 200, sha);
+        return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing, record });
       }
 
       const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
@@ -234,6 +237,8 @@ interface StreamArgs {
   signal: AbortSignal;
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
   scrubbing: AnswerScrubbing | null;
+  /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
+  record: (sentSha256: string) => Promise<number> | null;
 }
 
 /**
@@ -242,10 +247,27 @@ interface StreamArgs {
  * an ordinary error response with its own status and Retry-After.
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
-  const { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing } = args;
+  const { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing, record } = args;
   const out = new PassThrough();
+  // What was sent, for the audit entry's response digest.
+  const sent = createHash('sha256');
+  const write = (event: string) => {
+    sent.update(event);
+    out.write(event);
+  };
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
-    out.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
+    write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
+  // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore.
+  const finish = async () => {
+    try {
+      const leaf = await record(sent.digest('hex'));
+      if (leaf !== null) out.write(`: x-audit-leaf ${leaf}\n\n`);
+    } catch (err) {
+      request.log.error({ err: (err as Error).message }, 'the audit log could not record a call');
+      out.write(`data: ${JSON.stringify(AUDIT_UNAVAILABLE.toBody())}\n\n`);
+    }
+    out.end('data: [DONE]\n\n');
+  };
   const contentChunk = (content: string) => {
     if (content) chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: null }]);
   };
@@ -310,7 +332,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         }
         chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: result.finishReason }]);
         if (request.body.stream_options?.include_usage) chunk([], { usage: usageObject(result) });
-        out.end('data: [DONE]\n\n');
+        return finish();
       })
       .catch((err: unknown) => {
         if (!started) {
@@ -324,14 +346,14 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
             'internal_error',
             'Scrubbing the answer failed, so the rest of it was withheld. Retry; if it persists, report the X-Request-Id.',
           );
-          out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+          write(`data: ${JSON.stringify(error.toBody())}\n\n`);
         } else if (!signal.aborted) {
           const error =
             err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
           if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
-          out.write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+          write(`data: ${JSON.stringify(error.toBody())}\n\n`);
         }
-        out.end('data: [DONE]\n\n');
+        return finish();
       });
     request.call.engineWork = work;
   });

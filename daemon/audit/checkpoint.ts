@@ -1,0 +1,150 @@
+// Checkpoints in the C2SP tlog-checkpoint format: a signed note whose text is the origin, the tree size and the
+// base64 root hash (plus a time line), and whose signature line is "— <origin> base64(key ID ‖ signature)". The
+// signature is ECDSA P-256 over SHA-256 of the note text, DER-encoded (signature type 0x02 here); the key ID is the
+// first four bytes of SHA-256 of the public key's DER SubjectPublicKeyInfo.
+import type { Database } from 'lmdb';
+import type { FastifyBaseLogger as Logger } from 'fastify';
+import type { Store } from '../store/index.js';
+import type { AuditLog } from './log.js';
+import type { Signer, SignerKind } from './signer.js';
+
+export interface Checkpoint {
+  /** 1, 2, 3, … in the order they were signed. */
+  seq: number;
+  /** Hex key ID of the key that signed it. */
+  key_id: string;
+  size: number;
+  /** Base64 root hash. */
+  root: string;
+  /** When it was signed (ISO 8601), also inside the signed text. */
+  time: string;
+  signer: SignerKind;
+  /** The whole signed note. */
+  note: string;
+}
+
+/** The note text a checkpoint signs (every line ends with a newline). */
+export function noteText(origin: string, size: number, root: Buffer, time: Date, signer: SignerKind): string {
+  // Extension lines after the root are allowed by tlog-checkpoint; these say when, and what held the key.
+  return `${origin}\n${size}\n${root.toString('base64')}\ntime ${time.toISOString()}\nsigner ${signer}\n`;
+}
+
+export function signedNote(text: string, origin: string, keyId: Buffer, signature: Buffer): string {
+  return `${text}\n\u2014 ${origin} ${Buffer.concat([keyId, signature]).toString('base64')}\n`;
+}
+
+export interface CheckpointerOptions {
+  origin: string;
+  /** How often to sign while the log grows. */
+  intervalMs: number;
+  /** Longest time without a checkpoint when the log does not grow. */
+  heartbeatMs: number;
+  log: Logger;
+}
+
+/** Signs checkpoints off the request path: every interval while the log grows, a heartbeat, and one at shutdown. */
+export class Checkpointer {
+  private readonly db: Database<Checkpoint, number>;
+  private latestCheckpoint: Checkpoint | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private signing: Promise<void> = Promise.resolve();
+  /** The last signing failure, for health; cleared by the next success. */
+  lastError: string | null = null;
+
+  constructor(
+    store: Store,
+    private readonly auditLog: AuditLog,
+    readonly signer: Signer,
+    private readonly options: CheckpointerOptions,
+  ) {
+    this.db = store.db<Checkpoint, number>('audit-checkpoints');
+    for (const { value } of this.db.getRange({ reverse: true, limit: 1 })) this.latestCheckpoint = value;
+    // Every key that ever signed, by key ID: an export names the key each checkpoint needs.
+    void store.db<string>('audit-keys').put(signer.keyId.toString('hex'), signer.publicKeyPem);
+  }
+
+  get origin(): string {
+    return this.options.origin;
+  }
+
+  latest(): Checkpoint | undefined {
+    return this.latestCheckpoint;
+  }
+
+  /** Newest first, starting below `before` (a seq), at most `limit`. */
+  list(limit: number, before?: number): Checkpoint[] {
+    const out: Checkpoint[] = [];
+    const range = before === undefined ? { reverse: true, limit } : { reverse: true, limit, start: before - 1 };
+    for (const { value } of this.db.getRange(range)) out.push(value);
+    return out;
+  }
+
+  get(seq: number): Checkpoint | undefined {
+    return this.db.get(seq);
+  }
+
+  /** The first checkpoint whose tree includes leaf `index`, or undefined if none does yet. */
+  covering(index: number): Checkpoint | undefined {
+    const latest = this.latestCheckpoint;
+    if (!latest || latest.size <= index) return undefined;
+    // Sizes never shrink, so the covering checkpoints are a suffix: binary search on seq.
+    let low = 1;
+    let high = latest.seq;
+    while (low < high) {
+      const mid = Math.floor((low + high) / 2);
+      if (this.db.get(mid)!.size > index) high = mid;
+      else low = mid + 1;
+    }
+    return this.db.get(low);
+  }
+
+  start(): void {
+    const tick = () => {
+      const latest = this.latestCheckpoint;
+      const grew = !latest || this.auditLog.size > latest.size;
+      const stale = !latest || Date.now() - Date.parse(latest.time) >= this.options.heartbeatMs;
+      if (grew || stale) void this.checkpoint();
+      this.timer = setTimeout(tick, this.options.intervalMs);
+      this.timer.unref();
+    };
+    tick();
+  }
+
+  /** Stops the timer and signs a last checkpoint. */
+  async stop(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.checkpoint();
+  }
+
+  /** Signs a checkpoint of the log as it is now (one at a time; a call while one is signing waits for it). */
+  checkpoint(): Promise<void> {
+    this.signing = this.signing.then(() => this.signNow());
+    return this.signing;
+  }
+
+  private async signNow(): Promise<void> {
+    const size = this.auditLog.size;
+    const root = this.auditLog.root(size);
+    const time = new Date();
+    const text = noteText(this.options.origin, size, root, time, this.signer.kind);
+    try {
+      const signature = await this.signer.sign(Buffer.from(text));
+      const checkpoint: Checkpoint = {
+        seq: (this.latestCheckpoint?.seq ?? 0) + 1,
+        key_id: this.signer.keyId.toString('hex'),
+        size,
+        root: root.toString('base64'),
+        time: time.toISOString(),
+        signer: this.signer.kind,
+        note: signedNote(text, this.options.origin, this.signer.keyId, signature),
+      };
+      await this.db.put(checkpoint.seq, checkpoint);
+      this.latestCheckpoint = checkpoint;
+      this.lastError = null;
+    } catch (err) {
+      this.lastError = (err as Error).message;
+      this.options.log.error({ err: this.lastError }, 'signing an audit checkpoint failed; retrying at the next interval');
+    }
+  }
+}

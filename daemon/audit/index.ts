@@ -1,0 +1,131 @@
+// The audit trail: one entry per authenticated call in an append-only Merkle log (durable before the response
+// leaves), checkpoints signed by the TPM (or, when configured, a software key) off the request path, and the proofs
+// an operator needs to check both from another machine.
+import { join } from 'node:path';
+import type { FastifyBaseLogger as Logger } from 'fastify';
+import type { Config } from '../config/index.js';
+import type { RedactionCounts } from '../scrub/index.js';
+import type { Store } from '../store/index.js';
+import { Checkpointer, type Checkpoint } from './checkpoint.js';
+import { AuditLog } from './log.js';
+import { SoftwareSigner, TpmSigner, type Signer } from './signer.js';
+
+export { canonicalJson, type Canonical } from './canonical.js';
+export { noteText, signedNote, type Checkpoint } from './checkpoint.js';
+export { AuditLog } from './log.js';
+export * as merkle from './merkle.js';
+export { keyIdOf, SoftwareSigner, TpmSigner, type Signer, type SignerKind, type TpmOptions } from './signer.js';
+
+/** What the HTTP layer knows about a call when it ends. */
+export interface CallRecord {
+  requestId: string;
+  keyId: string;
+  projectId: string;
+  method: string;
+  route: string;
+  model: string | null;
+  status: number;
+  redactions: RedactionCounts | null;
+  answerRedactions: RedactionCounts | null;
+  requestSha256: string;
+  responseSha256: string;
+}
+
+export interface AuditHealth {
+  entries: number;
+  signer: 'tpm' | 'software' | null;
+  latest_checkpoint: { seq: number; size: number; time: string } | null;
+  /** Why checkpoints are not being signed, if they are not. */
+  problem: string | null;
+}
+
+export function softwareKeyFile(config: Config): string {
+  return join(config.dataDir, 'audit-signing-key.pem');
+}
+
+export function originOf(config: Config): string {
+  return config.audit.origin ?? `sovereign/${config.region}`;
+}
+
+export class AuditService {
+  private constructor(
+    readonly log: AuditLog,
+    readonly checkpoints: Checkpointer | null,
+    private readonly region: string,
+    private readonly origin: string,
+    private readonly signerProblem: string | null,
+  ) {}
+
+  /**
+   * Opens the log and the signer the configuration names. Without a usable TPM key the device posture still serves
+   * (entries are logged, checkpoints wait, health says why); every other posture refuses to start.
+   */
+  static async open(config: Config, store: Store, log: Logger): Promise<AuditService> {
+    const auditLog = new AuditLog(store);
+    let signer: Signer | null = null;
+    let problem: string | null = null;
+    try {
+      signer =
+        config.audit.signer === 'software'
+          ? new SoftwareSigner(softwareKeyFile(config))
+          : await TpmSigner.open({ tcti: config.audit.tcti, keyHandle: config.audit.keyHandle, primaryHandle: config.audit.primaryHandle });
+    } catch (err) {
+      problem = `audit checkpoints cannot be signed: ${(err as Error).message}`;
+      if (config.posture !== 'device') throw new Error(problem);
+      log.warn(problem);
+    }
+    const origin = originOf(config);
+    const checkpoints = signer
+      ? new Checkpointer(store, auditLog, signer, {
+          origin,
+          intervalMs: config.audit.checkpointMs,
+          heartbeatMs: config.audit.heartbeatMs,
+          log,
+        })
+      : null;
+    if (signer?.kind === 'software') log.warn('audit checkpoints are signed by a software key (audit.signer is software), not the TPM');
+    checkpoints?.start();
+    return new AuditService(auditLog, checkpoints, config.region, origin, problem);
+  }
+
+  /** Appends the call's entry; resolves with its leaf index once it is on disk. */
+  record(call: CallRecord): Promise<number> {
+    return this.log.append({
+      v: 1,
+      time: new Date().toISOString(),
+      request_id: call.requestId,
+      key: call.keyId,
+      project: call.projectId,
+      method: call.method,
+      route: call.route,
+      model: call.model,
+      status: call.status,
+      region: this.region,
+      redactions: call.redactions,
+      answer_redactions: call.answerRedactions,
+      request_sha256: call.requestSha256,
+      response_sha256: call.responseSha256,
+    });
+  }
+
+  get originName(): string {
+    return this.origin;
+  }
+
+  health(): AuditHealth {
+    const latest = this.checkpoints?.latest();
+    return {
+      entries: this.log.size,
+      signer: this.checkpoints?.signer.kind ?? null,
+      latest_checkpoint: latest ? { seq: latest.seq, size: latest.size, time: latest.time } : null,
+      problem: this.signerProblem ?? this.checkpoints?.lastError ?? null,
+    };
+  }
+
+  /** Signs a last checkpoint covering every entry. */
+  async close(): Promise<void> {
+    await this.checkpoints?.stop();
+  }
+}
+
+export type { Checkpoint as AuditCheckpoint };

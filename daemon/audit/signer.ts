@@ -1,0 +1,190 @@
+// What signs checkpoints: a P-256 key inside the TPM (tpm2-tools through execa, one command at a time), or a
+// software key in the data directory when the configuration says so (every checkpoint it signs says so too).
+// Both produce DER-encoded ECDSA signatures over SHA-256 of the message.
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign as signWith, type KeyObject } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+
+export type SignerKind = 'tpm' | 'software';
+
+export interface Signer {
+  readonly kind: SignerKind;
+  /** SubjectPublicKeyInfo, PEM. */
+  readonly publicKeyPem: string;
+  /** First four bytes of SHA-256 of the DER SubjectPublicKeyInfo. */
+  readonly keyId: Buffer;
+  /** DER-encoded ECDSA P-256 signature over SHA-256(message). */
+  sign(message: Buffer): Promise<Buffer>;
+}
+
+export function keyIdOf(publicKeyPem: string): Buffer {
+  const der = createPublicKey(publicKeyPem).export({ type: 'spki', format: 'der' });
+  return createHash('sha256').update(der).digest().subarray(0, 4);
+}
+
+/** A P-256 key in a PEM file (PKCS #8), created with mode 0600 on first use. */
+export class SoftwareSigner implements Signer {
+  readonly kind = 'software';
+  readonly publicKeyPem: string;
+  readonly keyId: Buffer;
+  private readonly key: KeyObject;
+
+  constructor(keyFile: string) {
+    if (!existsSync(keyFile)) {
+      const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+      writeFileSync(keyFile, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
+    }
+    this.key = createPrivateKey(readFileSync(keyFile));
+    if (this.key.asymmetricKeyType !== 'ec' || this.key.asymmetricKeyDetails?.namedCurve !== 'prime256v1') {
+      throw new Error(`${keyFile} is not a P-256 private key`);
+    }
+    this.publicKeyPem = createPublicKey(this.key).export({ type: 'spki', format: 'pem' }).toString();
+    this.keyId = keyIdOf(this.publicKeyPem);
+  }
+
+  sign(message: Buffer): Promise<Buffer> {
+    return Promise.resolve(signWith('sha256', message, this.key));
+  }
+}
+
+export interface TpmOptions {
+  /** TCTI string: device:/dev/tpmrm0 on a device, swtpm:host=127.0.0.1,port=N against swtpm. */
+  tcti: string;
+  /** Persistent handle of the signing key (owner hierarchy). */
+  keyHandle: string;
+  /** Persistent handle of the primary key the signing key lives under. */
+  primaryHandle: string;
+}
+
+/** Runs tpm2-tools commands one at a time (the TPM does one thing at a time, and a raw swtpm has no queue). */
+class TpmTools {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly tcti: string) {}
+
+  run(tool: string, args: string[]): Promise<string> {
+    const next = this.queue.then(async () => {
+      const result = await execa(tool, args, {
+        env: { TPM2TOOLS_TCTI: this.tcti },
+        timeout: 30_000,
+        reject: false,
+        stripFinalNewline: true,
+      });
+      if (result.exitCode !== 0) {
+        const detail = (result.stderr || result.stdout || String(result.exitCode)).split('\n').slice(-3).join(' ');
+        throw new Error(`${tool} failed: ${detail}`);
+      }
+      return result.stdout;
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Transient objects and sessions a tool left loaded: without a resource manager they fill the TPM's memory. */
+  async flush(): Promise<void> {
+    await this.run('tpm2_flushcontext', ['-t']);
+    await this.run('tpm2_flushcontext', ['-s']);
+  }
+}
+
+export class TpmSigner implements Signer {
+  readonly kind = 'tpm';
+  private constructor(
+    private readonly tools: TpmTools,
+    private readonly options: TpmOptions,
+    readonly publicKeyPem: string,
+    readonly keyId: Buffer,
+  ) {}
+
+  /** Connects to the key made by `sovereign audit init-tpm`; fails with what to do if it is not there. */
+  static async open(options: TpmOptions): Promise<TpmSigner> {
+    const tools = new TpmTools(options.tcti);
+    const work = mkdtempSync(join(tmpdir(), 'sov-tpm-'));
+    try {
+      const persistent = await tools.run('tpm2_getcap', ['handles-persistent']);
+      if (!persistent.toLowerCase().includes(options.keyHandle.toLowerCase())) {
+        throw new Error(`no signing key at ${options.keyHandle} in the TPM (${options.tcti}); run 'sovereign audit init-tpm' first`);
+      }
+      const pem = join(work, 'key.pem');
+      await tools.run('tpm2_readpublic', ['-c', options.keyHandle, '-f', 'pem', '-o', pem]);
+      const publicKeyPem = readFileSync(pem, 'utf8');
+      return new TpmSigner(tools, options, publicKeyPem, keyIdOf(publicKeyPem));
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+
+  async sign(message: Buffer): Promise<Buffer> {
+    const work = mkdtempSync(join(tmpdir(), 'sov-tpm-'));
+    try {
+      const input = join(work, 'message');
+      const output = join(work, 'signature.der');
+      writeFileSync(input, message);
+      // -f plain: tpm2-tools 5.x writes the ECDSA signature DER-encoded, as openssl and node:crypto expect.
+      await this.tools.run('tpm2_sign', ['-c', this.options.keyHandle, '-g', 'sha256', '-f', 'plain', '-o', output, input]);
+      await this.tools.flush();
+      return readFileSync(output);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Creates the primary key and a non-exportable P-256 signing key (fixedtpm, fixedparent, sensitivedataorigin,
+   * sign) and makes both persistent at the configured handles; returns the public key as PEM. With `replace`, keys
+   * already at those handles are evicted first; otherwise they are an error.
+   */
+  static async provision(options: TpmOptions, replace: boolean, progress: (line: string) => void): Promise<string> {
+    const tools = new TpmTools(options.tcti);
+    const work = mkdtempSync(join(tmpdir(), 'sov-tpm-'));
+    try {
+      const persistent = (await tools.run('tpm2_getcap', ['handles-persistent'])).toLowerCase();
+      for (const handle of [options.keyHandle, options.primaryHandle]) {
+        if (!persistent.includes(handle.toLowerCase())) continue;
+        if (!replace)
+          throw new Error(
+            `the TPM already has a key at ${handle}; pass --replace to make new keys (old checkpoints stay verifiable with the old public key)`,
+          );
+        progress(`evicting the key at ${handle}`);
+        await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', handle]);
+      }
+      progress('creating the primary key (owner hierarchy, ECC P-256)');
+      await tools.run('tpm2_createprimary', ['-C', 'o', '-g', 'sha256', '-G', 'ecc256', '-c', join(work, 'primary.ctx')]);
+      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'primary.ctx'), options.primaryHandle]);
+      await tools.flush();
+      progress('creating the signing key (P-256, ECDSA-SHA256, never leaves the TPM)');
+      await tools.run('tpm2_create', [
+        '-C',
+        options.primaryHandle,
+        '-G',
+        'ecc256:ecdsa-sha256',
+        '-a',
+        'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|sign',
+        '-u',
+        join(work, 'key.pub'),
+        '-r',
+        join(work, 'key.priv'),
+      ]);
+      await tools.run('tpm2_load', [
+        '-C',
+        options.primaryHandle,
+        '-u',
+        join(work, 'key.pub'),
+        '-r',
+        join(work, 'key.priv'),
+        '-c',
+        join(work, 'key.ctx'),
+      ]);
+      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'key.ctx'), options.keyHandle]);
+      await tools.flush();
+      const pem = join(work, 'key.pem');
+      await tools.run('tpm2_readpublic', ['-c', options.keyHandle, '-f', 'pem', '-o', pem]);
+      progress(`signing key persisted at ${options.keyHandle}`);
+      return readFileSync(pem, 'utf8');
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+}

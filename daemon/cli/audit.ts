@@ -1,0 +1,118 @@
+// `sovereign audit`: provision the TPM signing key, export the log for offline checking, and verify it here.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { exportAudit } from '../audit/export.js';
+import { originOf, TpmSigner } from '../audit/index.js';
+import { loadConfig } from '../config/index.js';
+import { openStore } from '../store/index.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
+import { printJson } from './output.js';
+
+export const AUDIT_HELP = `Usage: sovereign audit <command> [options]
+
+Commands:
+  init-tpm [--replace]      create the TPM's primary key and a non-exportable P-256 signing key, persistent at
+                            audit.primaryHandle and audit.keyHandle (TCTI: audit.tcti), and write the public key to
+                            <dataDir>/audit-public-key.pem; --replace evicts keys already at those handles
+  export --out DIR          write entries.jsonl, anchors.json and public-key.pem for tools/verify-anchors.mjs
+  verify [--state FILE] [--require-tpm]
+                            export to a temporary directory and check it as tools/verify-anchors.mjs does
+                            (signatures, consistency proofs, every entry); with --state, also that the log extends
+                            the checkpoint trusted last time, then record the newest one
+
+${COMMON_HELP}`;
+
+const VERIFIER = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'tools', 'verify-anchors.mjs');
+
+interface VerifierModule {
+  verify(input: { keyPem: string; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean }): {
+    lines: string[];
+    latest: unknown;
+  };
+}
+
+export async function auditCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    ...CONFIG_OPTIONS,
+    out: { type: 'string' },
+    replace: { type: 'boolean' },
+    state: { type: 'string' },
+    'require-tpm': { type: 'boolean' },
+  });
+  const [command, ...rest] = positionals;
+  if (values.help || !command) {
+    process.stdout.write(`${AUDIT_HELP}\n`);
+    return values.help ? 0 : 2;
+  }
+  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  const json = values.json === true;
+  const { config } = loadConfig(configFlags(values));
+  const say = (line: string) => {
+    if (!json) process.stdout.write(`${line}\n`);
+  };
+
+  if (command === 'init-tpm') {
+    const options = { tcti: config.audit.tcti, keyHandle: config.audit.keyHandle, primaryHandle: config.audit.primaryHandle };
+    say(`TPM: ${options.tcti}`);
+    const pem = await TpmSigner.provision(options, values.replace === true, say);
+    const file = join(config.dataDir, 'audit-public-key.pem');
+    openStore(config.dataDir); // creates the data directory with its permissions
+    writeFileSync(file, pem);
+    if (json) printJson({ keyHandle: options.keyHandle, primaryHandle: options.primaryHandle, publicKeyFile: file, publicKey: pem });
+    else process.stdout.write(`public key written to ${file}:\n${pem}`);
+    return 0;
+  }
+
+  if (command === 'export' || command === 'verify') {
+    if (command === 'export' && typeof values.out !== 'string') throw new UsageError('audit export needs --out DIR');
+    const store = openStore(config.dataDir);
+    const dir = command === 'export' ? resolve(values.out as string) : mkdtempSync(join(tmpdir(), 'sov-audit-'));
+    try {
+      const summary = await exportAudit(store, dir, originOf(config), (done, total) => {
+        if (total > 50_000) say(`  ${done}/${total} entries`);
+      });
+      if (command === 'export') {
+        if (json) printJson(summary);
+        else say(`exported ${summary.entries} entries and ${summary.checkpoints} checkpoints to ${dir}`);
+        return 0;
+      }
+      if (!summary.checkpoints) {
+        process.stdout.write('FAILED: no signed checkpoints yet (is the signer working? see GET /v1/health)\n');
+        return 1;
+      }
+      const { verify } = (await import(VERIFIER)) as VerifierModule;
+      const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as { public_key: string };
+      const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
+      const entries = entriesText
+        ? entriesText
+            .replace(/\n$/, '')
+            .split('\n')
+            .map((l) => Buffer.from(l))
+        : [];
+      const stateFile = typeof values.state === 'string' ? values.state : undefined;
+      let state: unknown;
+      try {
+        state = stateFile ? JSON.parse(readFileSync(stateFile, 'utf8')) : undefined;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+      try {
+        const result = verify({ keyPem: anchors.public_key, anchors, entries, state, requireTpm: values['require-tpm'] === true });
+        if (stateFile) writeFileSync(stateFile, `${JSON.stringify(result.latest, null, 2)}\n`);
+        if (json) printJson({ verified: true, checks: result.lines });
+        else for (const line of [...result.lines, 'VERIFIED']) process.stdout.write(`${line === 'VERIFIED' ? '' : 'ok: '}${line}\n`);
+        return 0;
+      } catch (err) {
+        if (json) printJson({ verified: false, failure: (err as Error).message });
+        else process.stdout.write(`FAILED: ${(err as Error).message}\n`);
+        return 1;
+      }
+    } finally {
+      await store.close();
+      if (command === 'verify') rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  throw new UsageError(`unknown audit command '${command}'`);
+}

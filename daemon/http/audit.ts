@@ -1,0 +1,59 @@
+// Stage 10, audit: every authenticated call's entry is appended to the audit log and on disk before its response
+// leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response is recorded when it ends, with the
+// digest of what was sent, and names its leaf in a last SSE comment before [DONE]. If the log cannot record, the
+// call is answered 503 audit_unavailable: no response goes out unlogged.
+import { createHash } from 'node:crypto';
+import { Stream } from 'node:stream';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ApiError } from '../errors/index.js';
+import type { PipelineDeps } from './pipeline.js';
+
+export function sha256Hex(data: string | Uint8Array | null | undefined): string {
+  return createHash('sha256')
+    .update(data ?? '')
+    .digest('hex');
+}
+
+/** Appends the call's entry; null when the call is not audited (no key, or already recorded). */
+export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: number, responseSha256: string): Promise<number> | null {
+  const principal = request.call.principal;
+  if (!deps.audit || !principal || request.call.audited) return null;
+  request.call.audited = true;
+  return deps.audit.record({
+    requestId: request.id,
+    keyId: principal.keyId,
+    projectId: principal.projectId,
+    method: request.method,
+    route: request.routeOptions.url ?? request.url.split('?')[0]!,
+    model: request.call.model?.id ?? null,
+    status,
+    redactions: request.call.redactions,
+    answerRedactions: request.call.outputRedactions,
+    requestSha256: request.call.requestSha256 ?? sha256Hex(''),
+    responseSha256,
+  });
+}
+
+export const AUDIT_UNAVAILABLE = new ApiError(
+  'audit_unavailable',
+  'The audit log could not record this call, so its result was withheld. Retry shortly; if it persists, the operator must check the data disk.',
+  { headers: { 'retry-after': '5' } },
+);
+
+export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): void {
+  if (!deps.audit) return;
+  v1.addHook('onSend', async (request, reply, payload) => {
+    // Streams are recorded by their route when they end, with what was really sent.
+    if (payload instanceof Stream) return payload;
+    const recording = recordCall(deps, request, reply.statusCode, sha256Hex(payload as string | Buffer | null));
+    if (!recording) return payload;
+    try {
+      reply.header('x-audit-leaf', String(await recording));
+      return payload;
+    } catch (err) {
+      request.log.error({ err: (err as Error).message }, 'the audit log could not record a call');
+      reply.code(AUDIT_UNAVAILABLE.status).headers(AUDIT_UNAVAILABLE.headers);
+      return JSON.stringify(AUDIT_UNAVAILABLE.toBody());
+    }
+  });
+}
