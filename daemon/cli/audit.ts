@@ -27,7 +27,10 @@ ${COMMON_HELP}`;
 const VERIFIER = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'tools', 'verify-anchors.mjs');
 
 interface VerifierModule {
-  verify(input: { keyPem: string; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean }): {
+  verify(
+    this: void,
+    input: { keyPem: string; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean },
+  ): {
     lines: string[];
     latest: unknown;
   };

@@ -35,7 +35,7 @@ export function openStore(dataDir: string): Store {
     db<V, K extends Key = string>(name: string): Database<V, K> {
       let db = opened.get(name);
       if (!db) {
-        db = root.openDB<unknown, string>({ name, compression: false }) as Database<unknown, Key>;
+        db = root.openDB<unknown, string>({ name, compression: false });
         opened.set(name, db);
       }
       return db as unknown as Database<V, K>;
@@ -43,7 +43,7 @@ export function openStore(dataDir: string): Store {
     bytes(name: string): Database<Buffer, number> {
       let db = opened.get(name);
       if (!db) {
-        db = root.openDB<Buffer, number>({ name, compression: false, encoding: 'binary' }) as Database<unknown, Key>;
+        db = root.openDB<Buffer, number>({ name, compression: false, encoding: 'binary' });
         opened.set(name, db);
       }
       return db as unknown as Database<Buffer, number>;

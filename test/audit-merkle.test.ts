@@ -1,0 +1,164 @@
+// The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
+// leaves), the log's stored subtrees against a tree built from the leaves, and the offline verifier's own
+// implementation of RFC 9162 verification against the daemon's (the two must agree, they are separate code).
+import t from 'tap';
+import { AuditLog, canonicalJson, merkle } from '../daemon/audit/index.js';
+import { openStore } from '../daemon/store/index.js';
+import { tempDir } from './helpers/daemon.js';
+
+const { leafHash, inclusionProof, consistencyProof, verifyConsistency, verifyInclusion, treeHead, subtreesOf, EMPTY_ROOT } = merkle;
+
+const hex = (h: Buffer) => h.toString('hex');
+const unhex = (s: string) => Buffer.from(s, 'hex');
+
+// RFC 6962's reference leaves and tree heads for sizes 1..8.
+const LEAVES = ['', '00', '10', '2021', '3031', '40414243', '5051525354555657', '606162636465666768696a6b6c6d6e6f'].map((l) =>
+  leafHash(unhex(l)),
+);
+const ROOTS = [
+  '6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d',
+  'fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125',
+  'aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77',
+  'd37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7',
+  '4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4',
+  '76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef',
+  'ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c',
+  '5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328',
+];
+const INCLUSION: Array<[number, number, string[]]> = [
+  [
+    0,
+    8,
+    [
+      '96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7',
+      '5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e',
+      '6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4',
+    ],
+  ],
+  [
+    5,
+    8,
+    [
+      'bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b',
+      'ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0',
+      'd37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7',
+    ],
+  ],
+];
+const CONSISTENCY: Array<[number, number, string[]]> = [
+  [
+    2,
+    8,
+    [
+      '5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e',
+      '6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4',
+    ],
+  ],
+  [
+    6,
+    8,
+    [
+      '0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a',
+      'ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0',
+      'd37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7',
+    ],
+  ],
+];
+
+t.test('RFC 6962 test vectors: tree heads, inclusion and consistency proofs', async (t) => {
+  const subtree = subtreesOf(LEAVES);
+  t.equal(hex(treeHead(subtree, 0)), 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', 'the empty tree');
+  for (let n = 1; n <= 8; n++) t.equal(hex(treeHead(subtree, n)), ROOTS[n - 1], `tree head of ${n}`);
+  for (const [index, size, proof] of INCLUSION) {
+    t.same(inclusionProof(subtree, index, size).map(hex), proof, `inclusion of leaf ${index} in ${size}`);
+    t.ok(verifyInclusion(LEAVES[index], index, size, proof.map(unhex), unhex(ROOTS[size - 1])));
+  }
+  for (const [m, n, proof] of CONSISTENCY) {
+    t.same(consistencyProof(subtree, m, n).map(hex), proof, `consistency ${m} → ${n}`);
+    t.ok(verifyConsistency(m, n, unhex(ROOTS[m - 1]), unhex(ROOTS[n - 1]), proof.map(unhex)));
+  }
+});
+
+t.test('every proof of every tree up to 40 leaves verifies, and a changed proof never does', async (t) => {
+  const leaves = Array.from({ length: 40 }, (_, i) => leafHash(Buffer.from(`entry ${i}`)));
+  const subtree = subtreesOf(leaves);
+  const roots = Array.from({ length: 41 }, (_, n) => treeHead(subtree, n));
+  let checked = 0;
+  let rejected = 0;
+  for (let n = 1; n <= 40; n++) {
+    for (let i = 0; i < n; i++) {
+      const proof = inclusionProof(subtree, i, n);
+      if (!verifyInclusion(leaves[i], i, n, proof, roots[n])) t.fail(`inclusion ${i}/${n}`);
+      if (verifyInclusion(leaves[(i + 1) % n], i, n, proof, roots[n]) && n > 1) t.fail(`wrong leaf accepted ${i}/${n}`);
+      if (proof.length) {
+        const bad = proof.map((h) => Buffer.from(h));
+        bad[bad.length - 1][0] ^= 1;
+        if (verifyInclusion(leaves[i], i, n, bad, roots[n])) t.fail(`changed inclusion proof accepted ${i}/${n}`);
+        else rejected++;
+        if (verifyInclusion(leaves[i], i, n, proof.slice(0, -1), roots[n])) t.fail(`short proof accepted ${i}/${n}`);
+      }
+      checked++;
+    }
+    for (let m = 0; m <= n; m++) {
+      const proof = consistencyProof(subtree, m, n);
+      if (!verifyConsistency(m, n, roots[m], roots[n], proof)) t.fail(`consistency ${m} → ${n}`);
+      if (m > 0 && m < n) {
+        if (verifyConsistency(m, n, roots[m - 1], roots[n], proof)) t.fail(`wrong old root accepted ${m} → ${n}`);
+        const bad = proof.map((h) => Buffer.from(h));
+        bad[0][5] ^= 0x80;
+        if (verifyConsistency(m, n, roots[m], roots[n], bad)) t.fail(`changed consistency proof accepted ${m} → ${n}`);
+        else rejected++;
+      }
+      checked++;
+    }
+  }
+  t.ok(checked > 800 && rejected > 700, `${checked} proofs verified, ${rejected} altered proofs rejected`);
+  t.equal(hex(treeHead(subtree, 0)), hex(EMPTY_ROOT));
+});
+
+t.test('the log in lmdb: stored subtrees give the same heads and proofs, durably, across reopening', async (t) => {
+  const dir = tempDir(t);
+  const entries = Array.from({ length: 37 }, (_, i) => ({ n: i, text: `call ${i}`, nested: { b: 2, a: [1, 'x'] } }));
+  let store = openStore(dir);
+  let log = new AuditLog(store);
+  // Appended concurrently: indexes follow the order of the calls, and the commits are shared.
+  const indexes = await Promise.all(entries.slice(0, 20).map((e) => log.append(e)));
+  t.same(indexes, [...Array(20).keys()]);
+  await store.close();
+  store = openStore(dir);
+  log = new AuditLog(store);
+  t.equal(log.size, 20, 'reopened with every committed entry');
+  for (const e of entries.slice(20)) await log.append(e);
+  const leaves = entries.map((e) => leafHash(Buffer.from(canonicalJson(e))));
+  const reference = subtreesOf(leaves);
+  for (let n = 1; n <= 37; n++) {
+    if (!log.root(n).equals(treeHead(reference, n))) t.fail(`root of ${n}`);
+    for (let m = 0; m <= n; m++)
+      if (hex(Buffer.concat(log.consistency(m, n))) !== hex(Buffer.concat(consistencyProof(reference, m, n))))
+        t.fail(`consistency ${m} → ${n}`);
+  }
+  for (let i = 0; i < 37; i++) t.same(log.inclusion(i, 37).map(hex), inclusionProof(reference, i, 37).map(hex));
+  t.equal(log.entry(3)!.toString(), '{"n":3,"nested":{"a":[1,"x"],"b":2},"text":"call 3"}', 'entries are canonical JSON (keys sorted)');
+  t.throws(() => log.root(38), /has 37 entries/);
+  await store.close();
+});
+
+t.test('the offline verifier (tools/verify-anchors.mjs) agrees with the daemon on every proof', async (t) => {
+  // The tool is plain JavaScript with no types: imported by URL.
+  const tool = (await import(new URL('../tools/verify-anchors.mjs', import.meta.url).href)) as {
+    verifyInclusion: typeof verifyInclusion;
+    verifyConsistency: typeof verifyConsistency;
+  };
+  const leaves = Array.from({ length: 21 }, (_, i) => leafHash(Buffer.from(`e${i}`)));
+  const subtree = subtreesOf(leaves);
+  for (let n = 1; n <= 21; n++) {
+    const root = treeHead(subtree, n);
+    for (let i = 0; i < n; i++)
+      if (!tool.verifyInclusion(leaves[i], i, n, inclusionProof(subtree, i, n), root)) t.fail(`inclusion ${i}/${n}`);
+    for (let m = 0; m <= n; m++) {
+      if (!tool.verifyConsistency(m, n, treeHead(subtree, m), root, consistencyProof(subtree, m, n))) t.fail(`consistency ${m} → ${n}`);
+    }
+  }
+  for (const [m, n, proof] of CONSISTENCY) t.ok(tool.verifyConsistency(m, n, unhex(ROOTS[m - 1]), unhex(ROOTS[n - 1]), proof.map(unhex)));
+  t.notOk(tool.verifyConsistency(6, 8, unhex(ROOTS[4]), unhex(ROOTS[7]), CONSISTENCY[1][2].map(unhex)), 'a wrong old root fails');
+});

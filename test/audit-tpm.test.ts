@@ -1,0 +1,133 @@
+// Checkpoints signed by a real TPM: a swtpm started by this test on a free loopback port (the same tpm2-tools
+// commands talk to /dev/tpmrm0 on a device). init-tpm provisions the key, the daemon signs with it, and the offline
+// script (--require-tpm) and openssl both verify. Without a reachable TPM key the device posture serves degraded and
+// the appliance posture refuses to start.
+import { spawn, spawnSync } from 'node:child_process';
+import { writeFileSync, readFileSync } from 'node:fs';
+import net from 'node:net';
+import { join, resolve } from 'node:path';
+import t from 'tap';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { selfSignedCert } from './helpers/tls.js';
+
+const VERIFIER = resolve(import.meta.dirname, '..', 'tools', 'verify-anchors.mjs');
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((res) => {
+    const server = net.createServer();
+    server.once('error', () => res(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => res(true)));
+  });
+}
+
+/** Starts swtpm on two free consecutive loopback ports; stopped (by its pid) when the test ends. */
+async function startSwtpm(t: { teardown: (fn: () => void) => void }): Promise<string> {
+  const state = tempDir(t);
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    if (!(await portFree(port)) || !(await portFree(port + 1))) continue;
+    const proc = spawn(
+      'swtpm',
+      [
+        'socket',
+        '--tpm2',
+        '--server',
+        `type=tcp,port=${port},bindaddr=127.0.0.1`,
+        '--ctrl',
+        `type=tcp,port=${port + 1},bindaddr=127.0.0.1`,
+        '--flags',
+        'not-need-init,startup-clear',
+        '--tpmstate',
+        `dir=${state}`,
+      ],
+      { stdio: 'ignore' },
+    );
+    t.teardown(() => {
+      proc.kill('SIGTERM');
+    });
+    for (let i = 0; i < 50; i++) {
+      const up = await new Promise<boolean>((res) => {
+        const socket = net.connect(port, '127.0.0.1', () => {
+          socket.destroy();
+          res(true);
+        });
+        socket.once('error', () => res(false));
+      });
+      if (up) return `swtpm:host=127.0.0.1,port=${port}`;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error('swtpm did not start');
+  }
+  throw new Error('no free port pair for swtpm');
+}
+
+t.test('init-tpm, checkpoints signed inside the TPM, verified offline and by openssl', async (t) => {
+  const tcti = await startSwtpm(t);
+  const dataDir = tempDir(t);
+  const env = { SOVEREIGN_AUDIT_SIGNER: 'tpm', SOVEREIGN_AUDIT_TCTI: tcti };
+  const init = cli(['audit', 'init-tpm', '--data-dir', dataDir], env);
+  t.equal(init.code, 0, init.stderr);
+  t.match(init.stdout, /signing key persisted at 0x81000101/);
+  const publicKeyFile = join(dataDir, 'audit-public-key.pem');
+  const publicKey = readFileSync(publicKeyFile, 'utf8');
+  t.match(publicKey, /BEGIN PUBLIC KEY/);
+  const again = cli(['audit', 'init-tpm', '--data-dir', dataDir], env);
+  t.equal(again.code, 1, 'an existing key is not replaced silently');
+  t.match(again.stderr, /already has a key at 0x81000101.*--replace/);
+
+  writeFileSync(join(dataDir, 'config.json'), JSON.stringify({ audit: { checkpointMs: 300 } }));
+  const { secret } = createKey(dataDir);
+  const d = await startDaemon(t, ['--data-dir', dataDir, '--config', join(dataDir, 'config.json')], env);
+  for (let i = 0; i < 5; i++) await fetch(`${d.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
+  let anchors: any;
+  for (const until = Date.now() + 15_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
+    anchors = await (await fetch(`${d.baseURL}/audit/anchors`, { headers: { authorization: `Bearer ${secret}` } })).json();
+    if (anchors.checkpoints[0]?.size >= 5) break;
+  }
+  t.equal(anchors.signer, 'tpm');
+  t.equal(anchors.public_key, publicKey, 'the daemon signs with the key init-tpm made');
+  t.match(anchors.checkpoints[0].note, /\nsigner tpm\n/);
+  const health = await (await fetch(`${d.baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } })).json();
+  t.match(health, { status: 'ok', audit: { signer: 'tpm', problem: null } });
+
+  const work = tempDir(t);
+  t.equal(cli(['audit', 'export', '--data-dir', dataDir, '--out', work]).code, 0);
+  const verified = spawnSync(process.execPath, [VERIFIER, '--key', publicKeyFile, '--export', work, '--require-tpm'], { encoding: 'utf8' });
+  t.equal(verified.status, 0, verified.stdout);
+  t.match(verified.stdout, /VERIFIED/);
+  const note: string = anchors.checkpoints[0].note;
+  writeFileSync(join(work, 'note.txt'), note.slice(0, note.indexOf('\n\n') + 1));
+  writeFileSync(join(work, 'sig.der'), Buffer.from(note.trimEnd().split(' ').at(-1)!, 'base64').subarray(4));
+  const openssl = spawnSync(
+    'openssl',
+    ['dgst', '-sha256', '-verify', publicKeyFile, '-signature', join(work, 'sig.der'), join(work, 'note.txt')],
+    {
+      encoding: 'utf8',
+    },
+  );
+  t.match(openssl.stdout, /Verified OK/, openssl.stderr);
+  t.equal(await d.stop(), 0);
+});
+
+t.test('no TPM key: the device posture serves and logs, degraded; the appliance posture refuses to start', async (t) => {
+  const tcti = await startSwtpm(t); // a TPM with no key provisioned
+  const dataDir = tempDir(t);
+  const { secret } = createKey(dataDir);
+  const env = { SOVEREIGN_AUDIT_SIGNER: 'tpm', SOVEREIGN_AUDIT_TCTI: tcti };
+  const d = await startDaemon(t, ['--data-dir', dataDir], env);
+  const res = await fetch(`${d.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
+  t.equal(res.headers.get('x-audit-leaf'), '0', 'calls are still logged');
+  const health = (await (await fetch(`${d.baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } })).json()) as any;
+  t.equal(health.status, 'degraded');
+  t.match(health.audit, { signer: null, problem: /no signing key at 0x81000101.*sovereign audit init-tpm/ });
+  await d.stop();
+
+  const tls = selfSignedCert(tempDir(t));
+  const refused = cli(['serve', '--posture', 'appliance', '--host', '127.0.0.1', '--port', '0', '--data-dir', dataDir], {
+    ...env,
+    SOVEREIGN_TLS_CERT: tls.cert,
+    SOVEREIGN_TLS_KEY: tls.key,
+  });
+  t.equal(refused.code, 1);
+  t.match(refused.stderr, /audit checkpoints cannot be signed: no signing key/);
+});
