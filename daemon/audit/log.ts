@@ -1,7 +1,8 @@
 // The append-only audit log in lmdb: each entry as canonical JSON under its leaf index, and the hash of every
-// complete subtree (level, index), so tree heads and proofs take O(log n) lookups. An append writes the entry, the
-// subtrees it completes and the new size in one transaction; every append made in the same event turn shares that
-// transaction and its flush (group commit), so concurrent calls do not queue on fsync one by one.
+// complete subtree above the leaves (level ≥ 1, index), so tree heads and proofs take O(log n) lookups (a leaf's own
+// hash is recomputed from its entry). An append writes the entry and the subtrees it completes in one transaction;
+// every append made in the same event turn shares that transaction and its flush (group commit), so concurrent
+// calls do not queue on fsync one by one. The size is the number of entries: they are written in order.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { canonicalJson, type Canonical } from './canonical.js';
@@ -9,12 +10,10 @@ import { consistencyProof, inclusionProof, leafHash, nodeHash, treeHead, type Ha
 
 /** Subtree keys: level × 2^40 + index (a log of up to a trillion entries, keys exact in a double). */
 const LEVEL_STRIDE = 2 ** 40;
-const SIZE_KEY = 0;
 
 export class AuditLog {
   private readonly entries: Database<Buffer, number>;
   private readonly nodes: Database<Buffer, number>;
-  private readonly meta: Database<Buffer, number>;
   /** Leaves assigned so far (some may still be committing). */
   private assigned: number;
   /** Leaves committed and flushed: what proofs and checkpoints may cover. */
@@ -26,9 +25,9 @@ export class AuditLog {
   constructor(private readonly store: Store) {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
-    this.meta = store.bytes('audit-meta');
-    const size = this.meta.get(SIZE_KEY);
-    this.assigned = this.durable = size ? Number(size.readBigUInt64BE()) : 0;
+    let size = 0;
+    for (const key of this.entries.getKeys({ reverse: true, limit: 1 })) size = key + 1;
+    this.assigned = this.durable = size;
     for (let level = 0; 2 ** level <= this.assigned; level++) {
       if (Math.floor(this.assigned / 2 ** level) % 2 === 1) {
         this.pending.set(level, this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1));
@@ -49,7 +48,7 @@ export class AuditLog {
     const bytes = Buffer.from(canonicalJson(entry));
     const index = this.assigned++;
     let hash = leafHash(bytes);
-    const writes: Array<Promise<boolean>> = [this.entries.put(index, bytes), this.nodes.put(index, hash)];
+    const writes: Array<Promise<boolean>> = [this.entries.put(index, bytes)];
     let level = 0;
     for (let i = index; i % 2 === 1; i = (i - 1) / 2) {
       hash = nodeHash(this.pending.get(level)!, hash);
@@ -58,9 +57,6 @@ export class AuditLog {
       writes.push(this.nodes.put(level * LEVEL_STRIDE + (i - 1) / 2, hash));
     }
     this.pending.set(level, hash);
-    const size = Buffer.alloc(8);
-    size.writeBigUInt64BE(BigInt(this.assigned));
-    writes.push(this.meta.put(SIZE_KEY, size));
     await Promise.all(writes);
     await this.store.flushed();
     // Commits are in order, so every index below this one is durable too.
@@ -92,6 +88,11 @@ export class AuditLog {
   }
 
   readonly subtree: SubtreeHash = (level, index) => {
+    if (level === 0) {
+      const entry = this.entries.get(index);
+      if (!entry) throw new Error(`audit log is missing entry ${index}`);
+      return leafHash(entry);
+    }
     const hash = this.nodes.get(level * LEVEL_STRIDE + index);
     if (!hash) throw new Error(`audit log is missing subtree ${level}/${index}`);
     return Buffer.from(hash);

@@ -89,7 +89,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       tcti: 'device:/dev/tpmrm0',
       keyHandle: '0x81000101',
       primaryHandle: '0x81000100',
-      checkpointMs: 2000,
+      checkpointMs: 1000,
       heartbeatMs: 300_000,
     },
   };
