@@ -186,7 +186,13 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   t.match(rollback.out, /rolled back/);
 
   // The same key signing a different history (a log truncated and regrown): a fork against the trusted state.
-  await d.stop();
+  // A call right before shutdown is still covered: the daemon signs one last checkpoint as it stops.
+  await client.models.list();
+  t.equal(await d.stop(), 0);
+  const final = join(work, 'final');
+  t.equal(cli(['audit', 'export', '--data-dir', dataDir, '--out', final]).code, 0);
+  const finalAnchors = JSON.parse(readFileSync(join(final, 'anchors.json'), 'utf8'));
+  t.equal(finalAnchors.checkpoints.at(-1).size, finalAnchors.tree_size, 'the shutdown checkpoint covers every entry');
   const forkDir = tempDir(t);
   mkdirSync(forkDir, { recursive: true });
   copyFileSync(join(dataDir, 'audit-signing-key.pem'), join(forkDir, 'audit-signing-key.pem'));

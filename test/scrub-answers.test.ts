@@ -2,6 +2,7 @@
 // pieces anywhere is still replaced, the answer shares the prompt's placeholders, tool-call arguments are scrubbed,
 // and `scrub.output` turns it off. The engine is a stand-in that says what the test tells it to, because what is
 // tested is what the HTTP layer does with an answer, whatever model produced it.
+import { createHash } from 'node:crypto';
 import t from 'tap';
 import OpenAI from 'openai';
 import type { ChatEngine, ToolCall } from '../daemon/engines/index.js';
@@ -139,4 +140,29 @@ t.test('scrub.output false passes answers as the model wrote them (prompts are s
   script.pieces = [`id ${nid}`];
   t.equal(await streamed(client, `mine is ${nid2}`), `id ${nid}`);
   t.equal(seenPrompt, 'mine is [NATIONAL_ID]');
+});
+
+t.test('a streamed answer is audited when it ends: the digest of what was sent, both redaction counts, its leaf', async (t) => {
+  const { baseURL, secret, audit } = await startStandInApp(t, { teller: { engine: teller } }, {}, {}, true);
+  script.pieces = [`your id is ${nid2}`, ' and that is all'];
+  const res = await fetch(`${baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'teller', messages: [{ role: 'user', content: `mine is ${nid}` }], stream: true }),
+  });
+  const text = await res.text();
+  const match = /\n: x-audit-leaf (\d+)\n\ndata: \[DONE\]\n\n$/.exec(text);
+  t.ok(match, 'the leaf is named just before [DONE]');
+  const sent = text.slice(0, match!.index + 1);
+  const entry = JSON.parse(audit!.log.entry(Number(match![1]))!.toString()) as Record<string, unknown>;
+  t.match(entry, {
+    route: '/v1/chat/completions',
+    status: 200,
+    model: 'teller',
+    redactions: { NATIONAL_ID: 1, IQAMA: 0, IBAN: 0, CARD: 0 },
+    answer_redactions: { NATIONAL_ID: 1, IQAMA: 0, IBAN: 0, CARD: 0 },
+    response_sha256: createHash('sha256').update(sent).digest('hex'),
+    request_id: res.headers.get('x-request-id'),
+  });
+  t.notMatch(audit!.log.entry(Number(match![1]))!.toString(), new RegExp(`${nid}|${nid2}`), 'no value in the log');
 });
