@@ -68,6 +68,8 @@ t.test('init-tpm, checkpoints signed inside the TPM, verified offline and by ope
   const init = cli(['audit', 'init-tpm', '--data-dir', dataDir], env);
   t.equal(init.code, 0, init.stderr);
   t.match(init.stdout, /signing key persisted at 0x81000101/);
+  t.match(init.stdout, /attestation key persisted at 0x81010002/);
+  const akFile = join(dataDir, 'audit-attestation-key.pem');
   const publicKeyFile = join(dataDir, 'audit-public-key.pem');
   const publicKey = readFileSync(publicKeyFile, 'utf8');
   t.match(publicKey, /BEGIN PUBLIC KEY/);
@@ -87,14 +89,31 @@ t.test('init-tpm, checkpoints signed inside the TPM, verified offline and by ope
   t.equal(anchors.signer, 'tpm');
   t.equal(anchors.public_key, publicKey, 'the daemon signs with the key init-tpm made');
   t.match(anchors.checkpoints[0].note, /\nsigner tpm\n/);
+  t.equal(anchors.attestation_key, readFileSync(akFile, 'utf8'));
+  t.match(
+    anchors.checkpoints[0].quote,
+    { reset_count: Number, restart_count: Number, clock: /^\d+$/ },
+    'each checkpoint carries a TPM quote',
+  );
   const health = await (await fetch(`${d.baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } })).json();
   t.match(health, { status: 'ok', audit: { signer: 'tpm', problem: null } });
 
   const work = tempDir(t);
   t.equal(cli(['audit', 'export', '--data-dir', dataDir, '--out', work]).code, 0);
-  const verified = spawnSync(process.execPath, [VERIFIER, '--key', publicKeyFile, '--export', work, '--require-tpm'], { encoding: 'utf8' });
+  const verify = (dir: string) =>
+    spawnSync(process.execPath, [VERIFIER, '--key', publicKeyFile, '--export', dir, '--require-tpm', '--ak', akFile], { encoding: 'utf8' });
+  const verified = verify(work);
   t.equal(verified.status, 0, verified.stdout);
+  t.match(verified.stdout, /TPM quotes ok: each checkpoint bound to the TPM's clock/);
   t.match(verified.stdout, /VERIFIED/);
+  // A quote moved to another checkpoint does not fit it.
+  const swapped = JSON.parse(readFileSync(join(work, 'anchors.json'), 'utf8'));
+  t.ok(swapped.checkpoints.length >= 2, `${swapped.checkpoints.length} checkpoints exported`);
+  [swapped.checkpoints[0].quote, swapped.checkpoints[1].quote] = [swapped.checkpoints[1].quote, swapped.checkpoints[0].quote];
+  writeFileSync(join(work, 'anchors.json'), JSON.stringify(swapped));
+  const moved = verify(work);
+  t.equal(moved.status, 1);
+  t.match(moved.stdout, /the TPM quote is for another text/);
   const note: string = anchors.checkpoints[0].note;
   writeFileSync(join(work, 'note.txt'), note.slice(0, note.indexOf('\n\n') + 1));
   writeFileSync(join(work, 'sig.der'), Buffer.from(note.trimEnd().split(' ').at(-1)!, 'base64').subarray(4));

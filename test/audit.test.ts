@@ -19,6 +19,21 @@ function verifyTool(args: string[]): { code: number | null; out: string } {
   return { code: r.status, out: r.stdout + r.stderr };
 }
 
+/** A TPMS_ATTEST quote structure carrying `text`'s digest and a clock, as a TPM would make it. */
+function fakeQuote(text: string, clock: bigint, resetCount: number): Buffer {
+  const b = Buffer.alloc(4 + 2 + 2 + 2 + 32 + 17 + 8);
+  b.writeUInt32BE(0xff544347, 0);
+  b.writeUInt16BE(0x8018, 4);
+  b.writeUInt16BE(0, 6); // qualifiedSigner: empty
+  b.writeUInt16BE(32, 8);
+  createHash('sha256').update(text).digest().copy(b, 10);
+  b.writeBigUInt64BE(clock, 42);
+  b.writeUInt32BE(resetCount, 50);
+  b.writeUInt32BE(0, 54);
+  b[58] = 1;
+  return b;
+}
+
 /** A config file that makes checkpoints frequent, so tests do not wait long for one. */
 function fastCheckpoints(dir: string): string {
   const file = join(dir, 'config.json');
@@ -172,6 +187,41 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
     },
     /signature does not verify/,
   );
+
+  // The TPM-clock rule, with an attestation key of our own standing in for the TPM's (the real one is exercised in
+  // audit-tpm.test.ts): quotes whose clock goes forward pass, a clock that goes back without a reset fails.
+  const ak = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  writeFileSync(join(work, 'ak.pem'), ak.publicKey.export({ type: 'spki', format: 'pem' }));
+  const withClocks = (name: string, clocks: Array<[bigint, number]>) => {
+    const dir = join(work, name);
+    cpSync(exported, dir, { recursive: true });
+    const file = join(dir, 'anchors.json');
+    const doc = JSON.parse(readFileSync(file, 'utf8'));
+    doc.checkpoints.forEach((c: any, i: number) => {
+      const [clock, reset] = clocks[Math.min(i, clocks.length - 1)]!;
+      const attest = fakeQuote(c.note.slice(0, c.note.indexOf('\n\n') + 1), clock + BigInt(i), reset);
+      c.quote = { attest: attest.toString('base64'), signature: sign('sha256', attest, ak.privateKey).toString('base64') };
+    });
+    writeFileSync(file, JSON.stringify(doc));
+    return verifyTool(['--key', join(exported, 'public-key.pem'), '--export', dir, '--ak', join(work, 'ak.pem')]);
+  };
+  t.ok(page.json.checkpoints.length >= 2);
+  const forward = withClocks('clock-forward', [[1000n, 1]]);
+  t.equal(forward.code, 0, forward.out);
+  const back = withClocks('clock-back', [
+    [5000n, 1],
+    [10n, 1],
+  ]);
+  t.equal(back.code, 1);
+  t.match(back.out, /clock went back without a reset/);
+  const reset = withClocks('clock-reset', [
+    [5000n, 1],
+    [10n, 2],
+  ]);
+  t.equal(reset.code, 0, `a clock that restarts after a TPM reset is accepted: ${reset.out}`);
+  const noQuote = verifyTool(['--key', join(exported, 'public-key.pem'), '--export', exported, '--ak', join(work, 'ak.pem')]);
+  t.equal(noQuote.code, 1);
+  t.match(noQuote.out, /no TPM quote/);
 
   // More calls, a newer export: the state moves on; then the earlier export is a rollback.
   for (let i = 0; i < 3; i++) await client.models.list();

@@ -9,12 +9,14 @@
 //   - with an export, every entry: the root recomputed from all entries matches every checkpoint,
 //   - with a receipt, the entry's inclusion proof against the checkpoint that covers it,
 //   - with --state FILE, that the log still extends the last checkpoint this script trusted (a fork, a rollback or
-//     a truncated and regrown log fails), and then records the newest one.
+//     a truncated and regrown log fails), and then records the newest one,
+//   - with --ak FILE (the TPM attestation key from `sovereign audit init-tpm`), that every checkpoint carries a TPM
+//     quote of its own text by that key, and that the TPM's clock never goes back without a TPM reset.
 // It prints what it checked, names the first failure, and exits 1 on any failure, 2 on wrong usage.
 //
-//   node verify-anchors.mjs --key public-key.pem --export DIR [--state FILE] [--require-tpm]
-//   node verify-anchors.mjs --key public-key.pem --anchors anchors.json [--state FILE] [--require-tpm]
-//   node verify-anchors.mjs --key public-key.pem --receipt receipt.json [--require-tpm]
+//   node verify-anchors.mjs --key public-key.pem --export DIR [--state FILE] [--require-tpm] [--ak FILE]
+//   node verify-anchors.mjs --key public-key.pem --anchors anchors.json [--state FILE] [--require-tpm] [--ak FILE]
+//   node verify-anchors.mjs --key public-key.pem --receipt receipt.json [--require-tpm] [--ak FILE]
 import { createHash, createPublicKey, verify as verifySignature } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -143,6 +145,26 @@ function checkNote(checkpoint, key, keyId, origin) {
   return { seq: checkpoint.seq, size, root, signer, time };
 }
 
+/** The TPM clock in a quote (TPMS_ATTEST, TPM 2.0 Part 2 §10.12) after checking it quotes this note's text. */
+function checkQuote(checkpoint, akKey) {
+  const what = `checkpoint ${checkpoint.seq}`;
+  const quote = checkpoint.quote;
+  if (!quote) throw new Failure(`${what}: no TPM quote (not bound to the TPM's clock)`);
+  const attest = Buffer.from(quote.attest, 'base64');
+  if (!verifySignature('sha256', attest, akKey, Buffer.from(quote.signature, 'base64'))) {
+    throw new Failure(`${what}: the TPM quote's signature does not verify with the attestation key`);
+  }
+  if (attest.length < 10 || attest.readUInt32BE(0) !== 0xff544347 || attest.readUInt16BE(4) !== 0x8018) throw new Failure(`${what}: the quote is not a TPM quote`);
+  let at = 6;
+  at += 2 + attest.readUInt16BE(at);
+  const extraSize = attest.readUInt16BE(at);
+  const extra = attest.subarray(at + 2, at + 2 + extraSize);
+  at += 2 + extraSize;
+  const text = checkpoint.note.slice(0, checkpoint.note.indexOf('\n\n') + 1);
+  if (!extra.equals(sha256(text))) throw new Failure(`${what}: the TPM quote is for another text (its qualifying data is not this checkpoint's digest)`);
+  return { clock: attest.readBigUInt64BE(at), resetCount: attest.readUInt32BE(at + 8), restartCount: attest.readUInt32BE(at + 12) };
+}
+
 const hashes = (list, what) => {
   if (!Array.isArray(list)) throw new Failure(`${what}: missing proof`);
   return list.map((h) => {
@@ -153,7 +175,7 @@ const hashes = (list, what) => {
 };
 
 /** Verifies; returns the lines to print. Throws Failure naming the first thing that is wrong. */
-export function verify({ keyPem, anchors, entries, receipt, state, requireTpm }) {
+export function verify({ keyPem, anchors, entries, receipt, state, requireTpm, akPem }) {
   const out = [];
   const key = createPublicKey(keyPem);
   if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1')
@@ -173,8 +195,10 @@ export function verify({ keyPem, anchors, entries, receipt, state, requireTpm })
     return checked;
   };
 
+  const akKey = akPem ? createPublicKey(akPem) : undefined;
   if (receipt) {
     const c = noteCheck(receipt.checkpoint);
+    if (akKey) checkQuote(receipt.checkpoint, akKey);
     const entryBytes = Buffer.from(receipt.entry_canonical, 'utf8');
     const proof = hashes(receipt.inclusion, `entry ${receipt.leaf}`);
     if (!verifyInclusion(leafHash(entryBytes), receipt.leaf, c.size, proof, c.root)) {
@@ -204,6 +228,19 @@ export function verify({ keyPem, anchors, entries, receipt, state, requireTpm })
     }
   }
   out.push(`${checked.length - 1} consistency proofs ok; sizes never go back (${checked[0].size} → ${checked.at(-1).size})`);
+
+  if (akKey) {
+    let previous;
+    for (const c of list) {
+      const clock = checkQuote(c, akKey);
+      if (previous && clock.resetCount < previous.resetCount) throw new Failure(`checkpoint ${c.seq}: the TPM's reset count went back (${previous.resetCount} → ${clock.resetCount})`);
+      if (previous && clock.resetCount === previous.resetCount && clock.clock < previous.clock) {
+        throw new Failure(`checkpoint ${c.seq}: the TPM's clock went back without a reset (${previous.clock} → ${clock.clock} ms)`);
+      }
+      previous = clock;
+    }
+    out.push(`${list.length} TPM quotes ok: each checkpoint bound to the TPM's clock, which never goes back without a reset`);
+  }
 
   if (entries) {
     const last = checked.at(-1);
@@ -277,6 +314,7 @@ function main() {
         receipt: { type: 'string' },
         state: { type: 'string' },
         'require-tpm': { type: 'boolean' },
+        ak: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     }).values;
@@ -287,7 +325,7 @@ function main() {
   const sources = ['export', 'anchors', 'receipt'].filter((s) => args[s]);
   if (args.help || !args.key || sources.length !== 1) {
     process.stdout.write(
-      'Usage: node verify-anchors.mjs --key PUBLIC.pem (--export DIR | --anchors FILE.json | --receipt FILE.json) [--state FILE] [--require-tpm]\n',
+      'Usage: node verify-anchors.mjs --key PUBLIC.pem (--export DIR | --anchors FILE.json | --receipt FILE.json) [--state FILE] [--require-tpm] [--ak ATTESTATION.pem]\n',
     );
     return args.help ? 0 : 2;
   }
@@ -299,7 +337,8 @@ function main() {
         ? { anchors: JSON.parse(readFileSync(args.anchors, 'utf8')) }
         : { receipt: JSON.parse(readFileSync(args.receipt, 'utf8')) };
     const state = args.state && existsSync(args.state) ? JSON.parse(readFileSync(args.state, 'utf8')) : undefined;
-    const { lines, latest } = verify({ keyPem, ...input, state, requireTpm: args['require-tpm'] === true });
+    const akPem = args.ak ? readFileSync(args.ak, 'utf8') : undefined;
+    const { lines, latest } = verify({ keyPem, ...input, state, requireTpm: args['require-tpm'] === true, akPem });
     for (const line of lines) process.stdout.write(`ok: ${line}\n`);
     if (args.state && latest) {
       writeFileSync(`${args.state}.tmp`, `${JSON.stringify(latest, null, 2)}\n`);

@@ -2,11 +2,12 @@
 // base64 root hash (plus a time line), and whose signature line is "— <origin> base64(key ID ‖ signature)". The
 // signature is ECDSA P-256 over SHA-256 of the note text, DER-encoded (signature type 0x02 here); the key ID is the
 // first four bytes of SHA-256 of the public key's DER SubjectPublicKeyInfo.
+import { createHash } from 'node:crypto';
 import type { Database } from 'lmdb';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { Store } from '../store/index.js';
 import type { AuditLog } from './log.js';
-import type { Signer, SignerKind } from './signer.js';
+import { parseAttest, type Signer, type SignerKind } from './signer.js';
 
 export interface Checkpoint {
   /** 1, 2, 3, … in the order they were signed. */
@@ -21,6 +22,11 @@ export interface Checkpoint {
   signer: SignerKind;
   /** The whole signed note. */
   note: string;
+  /**
+   * A TPM quote by the attestation key with SHA-256 of the note text as qualifying data: it carries the TPM's own
+   * clock, which the host cannot set, so a verifier can refuse checkpoints whose clock goes back. Base64.
+   */
+  quote?: { attest: string; signature: string; clock: string; reset_count: number; restart_count: number };
 }
 
 /** The note text a checkpoint signs (every line ends with a newline). */
@@ -60,7 +66,9 @@ export class Checkpointer {
     this.db = store.db<Checkpoint, number>('audit-checkpoints');
     for (const { value } of this.db.getRange({ reverse: true, limit: 1 })) this.latestCheckpoint = value;
     // Every key that ever signed, by key ID: an export names the key each checkpoint needs.
-    void store.db<string>('audit-keys').put(signer.keyId.toString('hex'), signer.publicKeyPem);
+    const keys = store.db<string>('audit-keys');
+    void keys.put(signer.keyId.toString('hex'), signer.publicKeyPem);
+    if (signer.attestationKeyPem) void keys.put(`${signer.keyId.toString('hex')}:attestation`, signer.attestationKeyPem);
   }
 
   get origin(): string {
@@ -130,6 +138,8 @@ export class Checkpointer {
     const text = noteText(this.options.origin, size, root, time, this.signer.kind);
     try {
       const signature = await this.signer.sign(Buffer.from(text));
+      const quote = this.signer.quote ? await this.signer.quote(createHash('sha256').update(text).digest()) : undefined;
+      const clock = quote ? parseAttest(quote.attest) : undefined;
       const checkpoint: Checkpoint = {
         seq: (this.latestCheckpoint?.seq ?? 0) + 1,
         key_id: this.signer.keyId.toString('hex'),
@@ -138,6 +148,17 @@ export class Checkpointer {
         time: time.toISOString(),
         signer: this.signer.kind,
         note: signedNote(text, this.options.origin, this.signer.keyId, signature),
+        ...(quote && clock
+          ? {
+              quote: {
+                attest: quote.attest.toString('base64'),
+                signature: quote.signature.toString('base64'),
+                clock: clock.clock.toString(),
+                reset_count: clock.resetCount,
+                restart_count: clock.restartCount,
+              },
+            }
+          : {}),
       };
       await this.db.put(checkpoint.seq, checkpoint);
       this.latestCheckpoint = checkpoint;

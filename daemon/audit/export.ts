@@ -30,7 +30,8 @@ export async function exportAudit(
   const covered = checkpoints.filter((c) => c.size <= size);
   const last = covered.at(-1);
   const keys = store.db<string>('audit-keys');
-  const publicKey = last ? (keys.get(last.key_id) ?? null) : null;
+  const publicKey = last?.key_id ? (keys.get(last.key_id) ?? null) : null;
+  const attestationKey = last?.key_id ? (keys.get(`${last.key_id}:attestation`) ?? null) : null;
 
   const entriesFile = join(dir, 'entries.jsonl');
   const out = createWriteStream(`${entriesFile}.tmp`);
@@ -48,6 +49,7 @@ export async function exportAudit(
     origin: covered.length ? originOf(covered.at(-1)!) : origin,
     key_id: last?.key_id ?? null,
     public_key: publicKey,
+    attestation_key: attestationKey,
     tree_size: size,
     checkpoints: covered.map((c, i) => ({
       ...c,
@@ -62,6 +64,7 @@ export async function exportAudit(
   };
   writeFileSync(join(dir, 'anchors.json'), `${JSON.stringify(anchors, null, 2)}\n`);
   if (publicKey) writeFileSync(join(dir, 'public-key.pem'), publicKey);
+  if (attestationKey) writeFileSync(join(dir, 'attestation-key.pem'), attestationKey);
   return { dir, entries: size, checkpoints: covered.length, keyId: last?.key_id ?? null };
 }
 

@@ -8,13 +8,13 @@ import type { RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
 import { Checkpointer, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
-import { SoftwareSigner, TpmSigner, type Signer } from './signer.js';
+import { SoftwareSigner, TpmSigner, type Signer, type TpmOptions } from './signer.js';
 
 export { canonicalJson, type Canonical } from './canonical.js';
 export { noteText, signedNote, type Checkpoint } from './checkpoint.js';
 export { AuditLog } from './log.js';
 export * as merkle from './merkle.js';
-export { keyIdOf, SoftwareSigner, TpmSigner, type Signer, type SignerKind, type TpmOptions } from './signer.js';
+export { keyIdOf, parseAttest, SoftwareSigner, TpmSigner, type Signer, type SignerKind, type TpmOptions } from './signer.js';
 
 /** What the HTTP layer knows about a call when it ends. */
 export interface CallRecord {
@@ -43,6 +43,11 @@ export function softwareKeyFile(config: Config): string {
   return join(config.dataDir, 'audit-signing-key.pem');
 }
 
+export function tpmOptions(config: Config): TpmOptions {
+  const { tcti, keyHandle, primaryHandle, attestationKeyHandle, endorsementPrimaryHandle } = config.audit;
+  return { tcti, keyHandle, primaryHandle, attestationKeyHandle, endorsementPrimaryHandle };
+}
+
 export function originOf(config: Config): string {
   return config.audit.origin ?? `sovereign/${config.region}`;
 }
@@ -65,10 +70,7 @@ export class AuditService {
     let signer: Signer | null = null;
     let problem: string | null = null;
     try {
-      signer =
-        config.audit.signer === 'software'
-          ? new SoftwareSigner(softwareKeyFile(config))
-          : await TpmSigner.open({ tcti: config.audit.tcti, keyHandle: config.audit.keyHandle, primaryHandle: config.audit.primaryHandle });
+      signer = config.audit.signer === 'software' ? new SoftwareSigner(softwareKeyFile(config)) : await TpmSigner.open(tpmOptions(config));
     } catch (err) {
       problem = `audit checkpoints cannot be signed: ${(err as Error).message}`;
       if (config.posture !== 'device') throw new Error(problem);

@@ -17,6 +17,41 @@ export interface Signer {
   readonly keyId: Buffer;
   /** DER-encoded ECDSA P-256 signature over SHA-256(message). */
   sign(message: Buffer): Promise<Buffer>;
+  /** The attestation key (PEM) when the signer can also quote, binding a digest to the TPM's own clock. */
+  readonly attestationKeyPem?: string;
+  /** A TPM2_Quote with `digest` as qualifying data: the TPMS_ATTEST bytes and its DER signature. */
+  quote?(digest: Buffer): Promise<Quote>;
+}
+
+export interface Quote {
+  attest: Buffer;
+  signature: Buffer;
+}
+
+/** The TPM's clock in a TPMS_ATTEST structure (TPM 2.0 Part 2, 10.12), and the qualifying data it carries. */
+export interface AttestClock {
+  extraData: Buffer;
+  clock: bigint;
+  resetCount: number;
+  restartCount: number;
+  safe: boolean;
+}
+
+export function parseAttest(attest: Buffer): AttestClock {
+  if (attest.length < 10 || attest.readUInt32BE(0) !== 0xff544347) throw new Error('not a TPM attestation (bad magic)');
+  if (attest.readUInt16BE(4) !== 0x8018) throw new Error('not a TPM quote');
+  let at = 6;
+  at += 2 + attest.readUInt16BE(at); // qualifiedSigner
+  const extraSize = attest.readUInt16BE(at);
+  const extraData = attest.subarray(at + 2, at + 2 + extraSize);
+  at += 2 + extraSize;
+  return {
+    extraData,
+    clock: attest.readBigUInt64BE(at),
+    resetCount: attest.readUInt32BE(at + 8),
+    restartCount: attest.readUInt32BE(at + 12),
+    safe: attest[at + 16] === 1,
+  };
 }
 
 export function keyIdOf(publicKeyPem: string): Buffer {
@@ -56,6 +91,10 @@ export interface TpmOptions {
   keyHandle: string;
   /** Persistent handle of the primary key the signing key lives under. */
   primaryHandle: string;
+  /** Persistent handle of the attestation key (endorsement hierarchy: its quotes carry the real clock). */
+  attestationKeyHandle: string;
+  /** Persistent handle of the endorsement-hierarchy primary the attestation key lives under. */
+  endorsementPrimaryHandle: string;
 }
 
 /** Runs tpm2-tools commands one at a time (the TPM does one thing at a time, and a raw swtpm has no queue). */
@@ -96,6 +135,7 @@ export class TpmSigner implements Signer {
     private readonly options: TpmOptions,
     readonly publicKeyPem: string,
     readonly keyId: Buffer,
+    readonly attestationKeyPem: string | undefined,
   ) {}
 
   /** Connects to the key made by `sovereign audit init-tpm`; fails with what to do if it is not there. */
@@ -110,7 +150,15 @@ export class TpmSigner implements Signer {
       const pem = join(work, 'key.pem');
       await tools.run('tpm2_readpublic', ['-c', options.keyHandle, '-f', 'pem', '-o', pem]);
       const publicKeyPem = readFileSync(pem, 'utf8');
-      return new TpmSigner(tools, options, publicKeyPem, keyIdOf(publicKeyPem));
+      // Without the attestation key, checkpoints are signed but not bound to the TPM's clock.
+      let attestationKeyPem: string | undefined;
+      if (persistent.toLowerCase().includes(options.attestationKeyHandle.toLowerCase())) {
+        const ak = join(work, 'ak.pem');
+        await tools.run('tpm2_readpublic', ['-c', options.attestationKeyHandle, '-f', 'pem', '-o', ak]);
+        attestationKeyPem = readFileSync(ak, 'utf8');
+      }
+      await tools.flush();
+      return new TpmSigner(tools, options, publicKeyPem, keyIdOf(publicKeyPem), attestationKeyPem);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
@@ -131,17 +179,55 @@ export class TpmSigner implements Signer {
     }
   }
 
+  /** Present only when init-tpm made the attestation key (see `attestationKeyPem`). */
+  get quote(): ((digest: Buffer) => Promise<Quote>) | undefined {
+    return this.attestationKeyPem ? (digest) => this.quoteNow(digest) : undefined;
+  }
+
+  private async quoteNow(digest: Buffer): Promise<Quote> {
+    const work = mkdtempSync(join(tmpdir(), 'sov-tpm-'));
+    try {
+      const attest = join(work, 'attest');
+      const signature = join(work, 'signature.der');
+      // PCR 0 only because a quote must select something; what matters here is the clock and the qualifying data.
+      await this.tools.run('tpm2_quote', [
+        '-c',
+        this.options.attestationKeyHandle,
+        '-l',
+        'sha256:0',
+        '-q',
+        digest.toString('hex'),
+        '-m',
+        attest,
+        '-s',
+        signature,
+        '-f',
+        'plain',
+        '-g',
+        'sha256',
+      ]);
+      await this.tools.flush();
+      return { attest: readFileSync(attest), signature: readFileSync(signature) };
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+
   /**
    * Creates the primary key and a non-exportable P-256 signing key (fixedtpm, fixedparent, sensitivedataorigin,
    * sign) and makes both persistent at the configured handles; returns the public key as PEM. With `replace`, keys
    * already at those handles are evicted first; otherwise they are an error.
    */
-  static async provision(options: TpmOptions, replace: boolean, progress: (line: string) => void): Promise<string> {
+  static async provision(
+    options: TpmOptions,
+    replace: boolean,
+    progress: (line: string) => void,
+  ): Promise<{ publicKeyPem: string; attestationKeyPem: string }> {
     const tools = new TpmTools(options.tcti);
     const work = mkdtempSync(join(tmpdir(), 'sov-tpm-'));
     try {
       const persistent = (await tools.run('tpm2_getcap', ['handles-persistent'])).toLowerCase();
-      for (const handle of [options.keyHandle, options.primaryHandle]) {
+      for (const handle of [options.keyHandle, options.primaryHandle, options.attestationKeyHandle, options.endorsementPrimaryHandle]) {
         if (!persistent.includes(handle.toLowerCase())) continue;
         if (!replace)
           throw new Error(
@@ -182,7 +268,41 @@ export class TpmSigner implements Signer {
       const pem = join(work, 'key.pem');
       await tools.run('tpm2_readpublic', ['-c', options.keyHandle, '-f', 'pem', '-o', pem]);
       progress(`signing key persisted at ${options.keyHandle}`);
-      return readFileSync(pem, 'utf8');
+
+      // The attestation key lives in the endorsement hierarchy, whose quotes report the TPM's real clock and reset
+      // counts (in the owner hierarchy they are obfuscated). Restricted: it signs only what the TPM itself made.
+      progress('creating the attestation key (endorsement hierarchy, restricted, P-256)');
+      await tools.run('tpm2_createprimary', ['-C', 'e', '-g', 'sha256', '-G', 'ecc256', '-c', join(work, 'endorsement.ctx')]);
+      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'endorsement.ctx'), options.endorsementPrimaryHandle]);
+      await tools.flush();
+      await tools.run('tpm2_create', [
+        '-C',
+        options.endorsementPrimaryHandle,
+        '-G',
+        'ecc256:ecdsa-sha256:null',
+        '-a',
+        'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign',
+        '-u',
+        join(work, 'ak.pub'),
+        '-r',
+        join(work, 'ak.priv'),
+      ]);
+      await tools.run('tpm2_load', [
+        '-C',
+        options.endorsementPrimaryHandle,
+        '-u',
+        join(work, 'ak.pub'),
+        '-r',
+        join(work, 'ak.priv'),
+        '-c',
+        join(work, 'ak.ctx'),
+      ]);
+      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'ak.ctx'), options.attestationKeyHandle]);
+      await tools.flush();
+      const ak = join(work, 'ak.pem');
+      await tools.run('tpm2_readpublic', ['-c', options.attestationKeyHandle, '-f', 'pem', '-o', ak]);
+      progress(`attestation key persisted at ${options.attestationKeyHandle}`);
+      return { publicKeyPem: readFileSync(pem, 'utf8'), attestationKeyPem: readFileSync(ak, 'utf8') };
     } finally {
       rmSync(work, { recursive: true, force: true });
     }

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { exportAudit } from '../audit/export.js';
-import { originOf, TpmSigner } from '../audit/index.js';
+import { originOf, TpmSigner, tpmOptions } from '../audit/index.js';
 import { loadConfig } from '../config/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -29,7 +29,7 @@ const VERIFIER = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 't
 interface VerifierModule {
   verify(
     this: void,
-    input: { keyPem: string; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean },
+    input: { keyPem: string; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean; akPem?: string },
   ): {
     lines: string[];
     latest: unknown;
@@ -57,14 +57,16 @@ export async function auditCommand(argv: string[]): Promise<number> {
   };
 
   if (command === 'init-tpm') {
-    const options = { tcti: config.audit.tcti, keyHandle: config.audit.keyHandle, primaryHandle: config.audit.primaryHandle };
+    const options = tpmOptions(config);
     say(`TPM: ${options.tcti}`);
-    const pem = await TpmSigner.provision(options, values.replace === true, say);
+    const keys = await TpmSigner.provision(options, values.replace === true, say);
     const file = join(config.dataDir, 'audit-public-key.pem');
-    openStore(config.dataDir); // creates the data directory with its permissions
-    writeFileSync(file, pem);
-    if (json) printJson({ keyHandle: options.keyHandle, primaryHandle: options.primaryHandle, publicKeyFile: file, publicKey: pem });
-    else process.stdout.write(`public key written to ${file}:\n${pem}`);
+    const akFile = join(config.dataDir, 'audit-attestation-key.pem');
+    await openStore(config.dataDir).close(); // creates the data directory with its permissions
+    writeFileSync(file, keys.publicKeyPem);
+    writeFileSync(akFile, keys.attestationKeyPem);
+    if (json) printJson({ ...options, publicKeyFile: file, attestationKeyFile: akFile, ...keys });
+    else process.stdout.write(`public key written to ${file}, attestation key to ${akFile}:\n${keys.publicKeyPem}`);
     return 0;
   }
 
@@ -86,7 +88,7 @@ export async function auditCommand(argv: string[]): Promise<number> {
         return 1;
       }
       const { verify } = (await import(VERIFIER)) as VerifierModule;
-      const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as { public_key: string };
+      const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as { public_key: string; attestation_key: string | null };
       const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
       const entries = entriesText
         ? entriesText
@@ -102,7 +104,15 @@ export async function auditCommand(argv: string[]): Promise<number> {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       }
       try {
-        const result = verify({ keyPem: anchors.public_key, anchors, entries, state, requireTpm: values['require-tpm'] === true });
+        const result = verify({
+          keyPem: anchors.public_key,
+          anchors,
+          entries,
+          state,
+          requireTpm: values['require-tpm'] === true,
+          // The quotes are checked whenever the TPM has an attestation key.
+          ...(anchors.attestation_key ? { akPem: anchors.attestation_key } : {}),
+        });
         if (stateFile) writeFileSync(stateFile, `${JSON.stringify(result.latest, null, 2)}\n`);
         if (json) printJson({ verified: true, checks: result.lines });
         else for (const line of [...result.lines, 'VERIFIED']) process.stdout.write(`${line === 'VERIFIED' ? '' : 'ok: '}${line}\n`);

@@ -89,6 +89,8 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       tcti: 'device:/dev/tpmrm0',
       keyHandle: '0x81000101',
       primaryHandle: '0x81000100',
+      attestationKeyHandle: '0x81010002',
+      endorsementPrimaryHandle: '0x81010001',
       checkpointMs: 1000,
       heartbeatMs: 300_000,
     },

@@ -41,6 +41,8 @@ export interface Config {
     tcti: string;
     keyHandle: string;
     primaryHandle: string;
+    attestationKeyHandle: string;
+    endorsementPrimaryHandle: string;
     origin?: string;
     checkpointMs: number;
     heartbeatMs: number;
@@ -141,6 +143,16 @@ export const configSchema = {
           type: 'string',
           pattern: '^0x81[0-9a-fA-F]{6}$',
           description: 'Persistent TPM handle of the primary key the signing key lives under.',
+        },
+        attestationKeyHandle: {
+          type: 'string',
+          pattern: '^0x81[0-9a-fA-F]{6}$',
+          description: "Persistent TPM handle of the attestation key whose quotes bind each checkpoint to the TPM's clock.",
+        },
+        endorsementPrimaryHandle: {
+          type: 'string',
+          pattern: '^0x81[0-9a-fA-F]{6}$',
+          description: 'Persistent TPM handle of the endorsement-hierarchy primary the attestation key lives under.',
         },
         origin: {
           type: 'string',

@@ -36,6 +36,7 @@ export function registerAuditRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
         signer: signer?.kind ?? null,
         key_id: signer?.keyId.toString('hex') ?? null,
         public_key: signer?.publicKeyPem ?? null,
+        attestation_key: signer?.attestationKeyPem ?? null,
         tree_size: audit.log.size,
         problem: audit.health().problem,
       };
