@@ -154,14 +154,16 @@ function checkQuote(checkpoint, akKey) {
   if (!verifySignature('sha256', attest, akKey, Buffer.from(quote.signature, 'base64'))) {
     throw new Failure(`${what}: the TPM quote's signature does not verify with the attestation key`);
   }
-  if (attest.length < 10 || attest.readUInt32BE(0) !== 0xff544347 || attest.readUInt16BE(4) !== 0x8018) throw new Failure(`${what}: the quote is not a TPM quote`);
+  if (attest.length < 10 || attest.readUInt32BE(0) !== 0xff544347 || attest.readUInt16BE(4) !== 0x8018)
+    throw new Failure(`${what}: the quote is not a TPM quote`);
   let at = 6;
   at += 2 + attest.readUInt16BE(at);
   const extraSize = attest.readUInt16BE(at);
   const extra = attest.subarray(at + 2, at + 2 + extraSize);
   at += 2 + extraSize;
   const text = checkpoint.note.slice(0, checkpoint.note.indexOf('\n\n') + 1);
-  if (!extra.equals(sha256(text))) throw new Failure(`${what}: the TPM quote is for another text (its qualifying data is not this checkpoint's digest)`);
+  if (!extra.equals(sha256(text)))
+    throw new Failure(`${what}: the TPM quote is for another text (its qualifying data is not this checkpoint's digest)`);
   return { clock: attest.readBigUInt64BE(at), resetCount: attest.readUInt32BE(at + 8), restartCount: attest.readUInt32BE(at + 12) };
 }
 
@@ -233,7 +235,8 @@ export function verify({ keyPem, anchors, entries, receipt, state, requireTpm, a
     let previous;
     for (const c of list) {
       const clock = checkQuote(c, akKey);
-      if (previous && clock.resetCount < previous.resetCount) throw new Failure(`checkpoint ${c.seq}: the TPM's reset count went back (${previous.resetCount} → ${clock.resetCount})`);
+      if (previous && clock.resetCount < previous.resetCount)
+        throw new Failure(`checkpoint ${c.seq}: the TPM's reset count went back (${previous.resetCount} → ${clock.resetCount})`);
       if (previous && clock.resetCount === previous.resetCount && clock.clock < previous.clock) {
         throw new Failure(`checkpoint ${c.seq}: the TPM's clock went back without a reset (${previous.clock} → ${clock.clock} ms)`);
       }
