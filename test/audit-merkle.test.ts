@@ -162,3 +162,53 @@ t.test('the offline verifier (tools/verify-anchors.mjs) agrees with the daemon o
   for (const [m, n, proof] of CONSISTENCY) t.ok(tool.verifyConsistency(m, n, unhex(ROOTS[m - 1]), unhex(ROOTS[n - 1]), proof.map(unhex)));
   t.notOk(tool.verifyConsistency(6, 8, unhex(ROOTS[4]), unhex(ROOTS[7]), CONSISTENCY[1][2].map(unhex)), 'a wrong old root fails');
 });
+
+t.test('a failed write stops the log without a hole; a hole left on disk is cut off at the next start', async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  // One write of the entries database fails, as a full disk would make it.
+  let failNext = false;
+  const failing: typeof store = {
+    ...store,
+    bytes(name) {
+      const db = store.bytes(name);
+      if (name !== 'audit-entries') return db;
+      return new Proxy(db, {
+        get(target, prop, receiver) {
+          if (prop === 'put' && failNext) {
+            failNext = false;
+            return () => Promise.reject(new Error('MDB_MAP_FULL'));
+          }
+          const value = Reflect.get(target, prop, receiver) as unknown;
+          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+    },
+  };
+  const log = new AuditLog(failing);
+  for (let i = 0; i < 3; i++) await log.append({ n: i });
+  failNext = true;
+  const results = await Promise.allSettled([log.append({ n: 3 }), log.append({ n: 4 })]);
+  t.same(
+    results.map((r) => r.status),
+    ['rejected', 'rejected'],
+    'the failed entry and the one after it (which committed) are both refused',
+  );
+  await t.rejects(log.append({ n: 5 }), /stopped after a failed write/, 'and nothing more is appended');
+  t.equal(log.size, 3);
+  t.match(log.problem, /MDB_MAP_FULL/);
+  t.ok(log.root(3).equals(treeHead(subtreesOf([0, 1, 2].map((n) => leafHash(Buffer.from(canonicalJson({ n }))))), 3)));
+  await store.close();
+
+  // On disk: entries 0..2, then 4 (3 never committed). Reopening cuts the log back to 3, subtrees included.
+  const reopened = openStore(dir);
+  t.ok(reopened.bytes('audit-entries').get(4), 'the entry after the hole reached the disk');
+  const repaired = new AuditLog(reopened);
+  t.equal(repaired.size, 3, 'the log ends where the hole begins');
+  t.notOk(reopened.bytes('audit-entries').get(4), 'what followed the hole is gone');
+  for (let i = 3; i < 9; i++) await repaired.append({ n: i });
+  const reference = subtreesOf(Array.from({ length: 9 }, (_, n) => leafHash(Buffer.from(canonicalJson({ n })))));
+  for (let n = 1; n <= 9; n++) if (!repaired.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after repair`);
+  t.pass('heads and proofs are right again after the repair');
+  await reopened.close();
+});

@@ -23,12 +23,20 @@ t.test('terms: function words dropped, the article and fused conjunctions stripp
 });
 
 t.test('chunks: whole sentences, paragraphs kept together, overlap, nothing lost, nothing over max', async (t) => {
-  const sentence = (i: number) => (i % 2 ? `هذه الجملة رقم ${i} عن إجراءات الفرع.` : `Sentence ${i} explains the branch procedure in detail.`);
+  const sentence = (i: number) =>
+    i % 2 ? `هذه الجملة رقم ${i} عن إجراءات الفرع.` : `Sentence ${i} explains the branch procedure in detail.`;
   const text = Array.from({ length: 12 }, (_, p) => Array.from({ length: 6 }, (_, s) => sentence(p * 6 + s)).join(' ')).join('\n\n');
   const chunks = chunkText(text, { target: 300, max: 500, overlap: 80 });
   t.ok(chunks.length > 5, `${chunks.length} chunks`);
-  for (let i = 0; i < 72; i++) t.ok(chunks.some((c) => c.includes(sentence(i))), `sentence ${i} is in a chunk, whole`);
-  t.ok(chunks.every((c) => c.length <= 500), 'none over max');
+  for (let i = 0; i < 72; i++)
+    t.ok(
+      chunks.some((c) => c.includes(sentence(i))),
+      `sentence ${i} is in a chunk, whole`,
+    );
+  t.ok(
+    chunks.every((c) => c.length <= 500),
+    'none over max',
+  );
   const overlapping = chunks.slice(1).filter((c, i) => {
     const first = c.split(/(?<=[.؟!])\s/)[0]!;
     return chunks[i]!.includes(first);
@@ -55,7 +63,10 @@ t.test('BM25: the chunk with the query terms ranks first, in either language and
   t.equal(index.search('تحويل الاموال للخارج', 3)[0]?.id, 3, 'الاموال matches الأموال');
   t.same(index.search('zebra', 3), [], 'no shared term, no result');
   index.remove(1);
-  t.notOk(index.search('transfer money IBAN', 5).some((r) => r.id === 1), 'a removed chunk is never returned');
+  t.notOk(
+    index.search('transfer money IBAN', 5).some((r) => r.id === 1),
+    'a removed chunk is never returned',
+  );
   t.equal(index.size, 4);
   t.throws(() => index.add(0, 'again'), /already indexed/);
 });
@@ -66,7 +77,10 @@ t.test('BM25 over many chunks: removals compact, top k without sorting everythin
   for (let i = 0; i < 6000; i += 2) index.remove(i);
   const hits = index.search('special record', 10);
   t.equal(hits.length, 10);
-  t.ok(hits.every((h) => h.id % 2 === 1 && h.id % 7 === 0), 'only live chunks with the rare term');
+  t.ok(
+    hits.every((h) => h.id % 2 === 1 && h.id % 7 === 0),
+    'only live chunks with the rare term',
+  );
   const scores = new Map([
     [1, 0.5],
     [2, 3],

@@ -127,16 +127,17 @@ export class Checkpointer {
 
   /** Signs a checkpoint of the log as it is now (one at a time; a call while one is signing waits for it). */
   checkpoint(): Promise<void> {
+    // signNow never rejects, so one failure cannot stop every later checkpoint.
     this.signing = this.signing.then(() => this.signNow());
     return this.signing;
   }
 
   private async signNow(): Promise<void> {
-    const size = this.auditLog.size;
-    const root = this.auditLog.root(size);
-    const time = new Date();
-    const text = noteText(this.options.origin, size, root, time, this.signer.kind);
     try {
+      const size = this.auditLog.size;
+      const root = this.auditLog.root(size);
+      const time = new Date();
+      const text = noteText(this.options.origin, size, root, time, this.signer.kind);
       const signature = await this.signer.sign(Buffer.from(text));
       const quote = this.signer.quote ? await this.signer.quote(createHash('sha256').update(text).digest()) : undefined;
       const clock = quote ? parseAttest(quote.attest) : undefined;

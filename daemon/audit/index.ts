@@ -120,7 +120,7 @@ export class AuditService {
       entries: this.log.size,
       signer: this.checkpoints?.signer.kind ?? null,
       latest_checkpoint: latest ? { seq: latest.seq, size: latest.size, time: latest.time } : null,
-      problem: this.signerProblem ?? this.checkpoints?.lastError ?? null,
+      problem: this.log.problem ?? this.signerProblem ?? this.checkpoints?.lastError ?? null,
     };
   }
 

@@ -21,12 +21,15 @@ export class AuditLog {
   /** Right edge of the tree: the complete subtree at each level still waiting for its right sibling. */
   private readonly pending = new Map<number, Hash>();
   private readonly waiters = new Set<() => void>();
+  /** Resolves when every append so far is durable; rejects if one failed. Appends chain on it, in order. */
+  private tail: Promise<void> = Promise.resolve();
+  /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
+  private failure: Error | null = null;
 
   constructor(private readonly store: Store) {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
-    let size = 0;
-    for (const key of this.entries.getKeys({ reverse: true, limit: 1 })) size = key + 1;
+    const size = this.repairTail();
     this.assigned = this.durable = size;
     for (let level = 0; 2 ** level <= this.assigned; level++) {
       if (Math.floor(this.assigned / 2 ** level) % 2 === 1) {
@@ -45,6 +48,7 @@ export class AuditLog {
    * taken synchronously, so entries appear in the order append was called.
    */
   async append(entry: Canonical): Promise<number> {
+    if (this.failure) throw new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`);
     const bytes = Buffer.from(canonicalJson(entry));
     const index = this.assigned++;
     let hash = leafHash(bytes);
@@ -57,14 +61,49 @@ export class AuditLog {
       writes.push(this.nodes.put(level * LEVEL_STRIDE + (i - 1) / 2, hash));
     }
     this.pending.set(level, hash);
-    await Promise.all(writes);
-    await this.store.flushed();
-    // Commits are in order, so every index below this one is durable too.
-    if (index + 1 > this.durable) {
-      this.durable = index + 1;
-      for (const wake of this.waiters) wake();
+    // An entry counts as durable only once every entry before it is: if an earlier write failed, this call fails
+    // too, even if its own batch committed, so no response ever names a leaf that follows a hole.
+    const written = Promise.all(writes).then(() => this.store.flushed());
+    const done = this.tail.then(() => written);
+    this.tail = done;
+    try {
+      await done;
+    } catch (err) {
+      this.failure ??= err as Error;
+      throw err;
     }
+    this.durable = index + 1;
+    for (const wake of this.waiters) wake();
     return index;
+  }
+
+  /** Why appends stopped, if they did (for health). */
+  get problem(): string | null {
+    return this.failure ? `the audit log stopped after a failed write: ${this.failure.message}` : null;
+  }
+
+  /**
+   * The log's size, after dropping whatever follows a hole: a batch that failed to commit while later ones did
+   * leaves entries after a missing one. None of those was acknowledged (see append), so they are removed, with the
+   * subtrees that cover them.
+   */
+  private repairTail(): number {
+    let last = -1;
+    for (const key of this.entries.getKeys({ reverse: true, limit: 1 })) last = key;
+    if (last < 0 || (this.entries.getStats() as { entryCount: number }).entryCount === last + 1) return last + 1;
+    let size = 0;
+    for (const key of this.entries.getKeys()) {
+      if (key !== size) break;
+      size++;
+    }
+    for (const key of this.entries.getKeys({ start: size })) this.entries.removeSync(key);
+    for (let level = 1; 2 ** level <= last + 1; level++) {
+      // A subtree at this level covering any leaf at or past `size` is dropped.
+      const first = Math.floor(size / 2 ** level);
+      for (const key of this.nodes.getKeys({ start: level * LEVEL_STRIDE + first, end: (level + 1) * LEVEL_STRIDE }))
+        this.nodes.removeSync(key);
+    }
+    return size;
   }
 
   /** Resolves when the log has grown past `size` (or immediately if it has). */
