@@ -270,6 +270,37 @@ t.test("streaming holds back only a short tail: a value's length, not the answer
   t.ok(mostHeld >= 29, 'an IBAN written in groups is held whole until it ends (it could not be judged before)');
 });
 
+t.test('streaming degenerate answers: long digit runs and letter-digit soup stay bounded and equal', async (t) => {
+  const inPieces = (text: string) => text.match(/[\s\S]{1,4}/g)!;
+  const numbers = Array.from({ length: 6000 }, (_, i) => String(i % 10)).join(' ');
+  const planted = `${numbers.slice(0, 5001)} ${nid} ${numbers.slice(5001)}`;
+  for (const [name, text] of [
+    ['a table of single digits', numbers],
+    ['the same with an ID inside', planted],
+    ['one 20,000-digit number', '7'.repeat(20_000)],
+    ['hexadecimal', Array.from({ length: 20_000 }, (_, i) => '0123456789abcdef'[(i * 7919) % 16]).join('')],
+  ] as const) {
+    const stream = new StreamScrubber(new ScrubSession());
+    let firstOutput = -1;
+    let out = '';
+    inPieces(text).forEach((piece, i) => {
+      const o = stream.push(piece);
+      if (o && firstOutput < 0) firstOutput = i * 4;
+      out += o;
+    });
+    out += stream.end();
+    t.equal(out, new ScrubSession().scrub(text), `${name}: the same as scrubbing it whole`);
+    t.ok(stream.mostHeld <= 300, `${name}: at most ${stream.mostHeld} characters held`);
+    t.ok(firstOutput >= 0 && firstOutput < 1000, `${name}: output starts after ${firstOutput} characters, not at the end`);
+  }
+  t.match(new ScrubSession().scrub(planted), '[NATIONAL_ID]');
+  // Tens of thousands of invisible characters inside one run cannot be judged in bounded time: the stream fails.
+  const stuffed = new StreamScrubber(new ScrubSession());
+  t.throws(() => {
+    for (const piece of inPieces(`1${'\u200b'.repeat(70_000)}012345672`)) stuffed.push(piece);
+  }, /could not be judged/);
+});
+
 t.test('sovereign scrub: text on stdin, and --jsonl with offsets into the input', async (t) => {
   const { spawnSync } = await import('node:child_process');
   const { BIN } = await import('./helpers/daemon.js');

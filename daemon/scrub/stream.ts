@@ -12,6 +12,53 @@ function isHardBreak(cp: number): boolean {
   return digitValue(cp) < 0 && !latinLetter(cp) && !isSeparator(cp) && !isInvisible(cp) && cp !== 0x066b;
 }
 
+/** Held text past which a digit run that has not ended is cut (see forcedCut). */
+const HOLD_LIMIT = 256;
+/** Digits kept back at a forced cut: more than the longest value (19), so no value can straddle it unseen. */
+const KEPT_DIGITS = 40;
+/** Past this, the text cannot be judged in bounded time (a run of invisible characters, say): the stream fails. */
+const WINDOW_LIMIT = 64 * 1024;
+/** How far back from the passed point a place to drop the window is looked for. */
+const DROP_SEARCH = 256;
+
+/** The code point that ends just before `at`. */
+function before(text: string, at: number): number {
+  const low = text.charCodeAt(at - 1);
+  if (low >= 0xdc00 && low <= 0xdfff && at >= 2) {
+    const high = text.charCodeAt(at - 2);
+    if (high >= 0xd800 && high <= 0xdbff) return text.codePointAt(at - 2)!;
+  }
+  return low;
+}
+
+/**
+ * Where a digit run that has not ended can be cut anyway, so that a long run (a table of numbers, a model repeating
+ * itself) does not hold the whole answer: at the start of a group with at least KEPT_DIGITS digits after it, so any
+ * value that could still include what follows lies wholly after the cut. A group longer than 19 digits is never part
+ * of a value, so if the run ends in one, all of it can go. -1 if the run cannot be cut yet.
+ */
+function forcedCut(text: string, runStart: number): number {
+  let digits = 0;
+  let lastGroup = 0;
+  let inLastGroup = true;
+  for (let i = text.length; i > runStart;) {
+    const cp = before(text, i);
+    i -= cp > 0xffff ? 2 : 1;
+    if (digitValue(cp) < 0) {
+      if (!isInvisible(cp)) inLastGroup = false;
+      continue;
+    }
+    digits++;
+    if (inLastGroup) lastGroup++;
+    let j = i;
+    while (j > runStart && isInvisible(before(text, j))) j -= before(text, j) > 0xffff ? 2 : 1;
+    const groupStart = j <= runStart || digitValue(before(text, j)) < 0;
+    if (groupStart && digits >= KEPT_DIGITS && !inLastGroup) return i;
+    if (groupStart) inLastGroup = false;
+  }
+  return lastGroup > 19 ? text.length : -1;
+}
+
 export class StreamScrubber {
   /** Text not yet dropped, starting where matching starts afresh. */
   private window = '';
@@ -32,6 +79,18 @@ export class StreamScrubber {
     // A high surrogate at the end waits for its other half (it may be half of a digit).
     const whole = this.window.slice(0, this.wholeCharacters());
     let settled = Math.min(openRunStart(whole), openIbanStart(whole));
+    let cut = -1;
+    if (whole.length - settled > HOLD_LIMIT) {
+      cut = forcedCut(whole, settled);
+      if (cut > settled) settled = cut;
+      else if (whole.length - settled > 4 * HOLD_LIMIT) {
+        // Over a thousand characters and not forty digits to cut at: invisible characters or separators stuffed into
+        // a number. Judging it would take unbounded time, so the stream fails (closed) instead.
+        throw new Error(
+          `${whole.length - settled} characters of one digit run could not be judged (invisible characters or separators stuffed into a number)`,
+        );
+      }
+    }
     // A value found across the settled point waits with it (and so may one found across that value's start).
     for (let moved = true; moved;) {
       moved = false;
@@ -44,7 +103,16 @@ export class StreamScrubber {
     }
     const out = this.pass(detected, settled);
     this.largestHold = Math.max(this.largestHold, this.window.length - this.passed);
-    this.dropSettled(detected);
+    if (cut > 0 && this.passed === cut) {
+      // Matching resumes at the cut as if a new run began there.
+      this.window = this.window.slice(cut);
+      this.passed = 0;
+    } else {
+      this.dropSettled(detected);
+    }
+    if (this.window.length > WINDOW_LIMIT) {
+      throw new Error(`more than ${WINDOW_LIMIT} characters could not be judged (a run of digits and invisible characters)`);
+    }
     return out;
   }
 
@@ -91,16 +159,22 @@ export class StreamScrubber {
 
   /**
    * Drops the passed-on text up to the last point where matching would start afresh and find the same: after a
-   * hard break, or at a Latin letter after a separator (a word start), and never inside anything a detector found.
+   * hard break, after a Latin letter (a letter ends any digit run, and what may follow a letter does not depend on
+   * what came before it), after three separators, or at a Latin letter after a separator (a word start); never
+   * inside anything a detector found.
    */
   private dropSettled(detected: ReturnType<ScrubSession['detect']>): void {
     const w = this.window;
-    for (let r = this.passed; r > 0; r--) {
+    for (let r = this.passed; r > 0 && r >= this.passed - DROP_SEARCH; r--) {
       const previous = w.charCodeAt(r - 1);
       if (previous >= 0xd800 && previous <= 0xdbff) continue; // never between the halves of a surrogate pair
       const high = r >= 2 ? w.charCodeAt(r - 2) : 0;
       const cp = previous >= 0xdc00 && previous <= 0xdfff && high >= 0xd800 && high <= 0xdbff ? w.codePointAt(r - 2)! : previous;
-      const reset = isHardBreak(cp) || (isSeparator(previous) && latinLetter(w.charCodeAt(r)) !== '');
+      const reset =
+        isHardBreak(cp) ||
+        latinLetter(cp) !== '' ||
+        (isSeparator(previous) && latinLetter(w.charCodeAt(r)) !== '') ||
+        (r >= 3 && isSeparator(previous) && isSeparator(w.charCodeAt(r - 2)) && isSeparator(w.charCodeAt(r - 3)));
       if (!reset || detected.some((d) => d.start < r && d.end > r)) continue;
       this.window = w.slice(r);
       this.passed -= r;
