@@ -34,17 +34,33 @@ const SEPARATORS: Range[] = [
   [0xff0e, 0xff0e], // fullwidth full stop
 ];
 
-/** Characters that show nothing, or only steer direction: matching sees through them, redaction covers them. */
+/**
+ * Characters that show nothing, or only steer direction: matching sees through them, redaction covers them. This is
+ * Unicode's Default_Ignorable_Code_Point set (which includes the bidi marks, zero-width characters, invisible
+ * operators, variation selectors and tags), plus tatweel, which stretches Arabic text and means nothing in a number.
+ */
 const INVISIBLES: Range[] = [
-  [0x200e, 0x200f], // LRM, RLM
-  [0x061c, 0x061c], // ALM
-  [0x202a, 0x202e], // LRE, RLE, PDF, LRO, RLO
-  [0x2066, 0x2069], // LRI, RLI, FSI, PDI
-  [0x200b, 0x200d], // zero width space, ZWNJ, ZWJ
-  [0x2060, 0x2060], // word joiner
-  [0xfeff, 0xfeff], // BOM / zero width no-break space
   [0x00ad, 0x00ad], // soft hyphen
+  [0x034f, 0x034f], // combining grapheme joiner
+  [0x061c, 0x061c], // ALM
   [0x0640, 0x0640], // tatweel
+  [0x115f, 0x1160], // Hangul fillers
+  [0x17b4, 0x17b5], // Khmer inherent vowels
+  [0x180b, 0x180f], // Mongolian variation selectors and vowel separator
+  [0x200b, 0x200f], // zero width space, ZWNJ, ZWJ, LRM, RLM
+  [0x202a, 0x202e], // LRE, RLE, PDF, LRO, RLO
+  [0x2060, 0x206f], // word joiner, invisible operators, LRI, RLI, FSI, PDI, deprecated format characters
+  [0x3164, 0x3164], // Hangul filler
+  [0xfe00, 0xfe0f], // variation selectors
+  [0xfeff, 0xfeff], // BOM / zero width no-break space
+  [0xffa0, 0xffa0], // halfwidth Hangul filler
+  [0xfff0, 0xfff8], // unassigned specials
+];
+/** The same above U+FFFF: shorthand format controls, musical symbol formatting, tags and variation selectors. */
+const INVISIBLES_ABOVE_BMP: Range[] = [
+  [0x1bca0, 0x1bca3],
+  [0x1d173, 0x1d17a],
+  [0xe0000, 0xe0fff],
 ];
 
 const SEPARATOR = 1;
@@ -67,6 +83,20 @@ export const DIGIT_CLASS = classBody(DIGIT_ZEROS.map((zero) => [zero, zero + 9] 
 export const MATH_DIGIT_PATTERN = `\\ud835[\\u${hex(MATH_DIGITS_START - 0x1d400 + 0xdc00)}-\\u${hex(MATH_DIGITS_END - 0x1d400 + 0xdc00)}]`;
 export const SEPARATOR_CLASS = classBody(SEPARATORS);
 export const INVISIBLE_CLASS = classBody(INVISIBLES);
+/** One invisible character of either plane, as a regular expression (without the u flag: as UTF-16). */
+export const INVISIBLE_PATTERN = `(?:[${INVISIBLE_CLASS}]|${INVISIBLES_ABOVE_BMP.map(([first, last]) => surrogateRange(first, last)).join('|')})`;
+
+/** A range of code points above U+FFFF as UTF-16 alternatives (per high surrogate). */
+function surrogateRange(first: number, last: number): string {
+  const parts: string[] = [];
+  for (let high = 0xd800 + ((first - 0x10000) >> 10); high <= 0xd800 + ((last - 0x10000) >> 10); high++) {
+    const blockStart = 0x10000 + ((high - 0xd800) << 10);
+    const low = 0xdc00 + Math.max(first, blockStart) - blockStart;
+    const lowEnd = 0xdc00 + Math.min(last, blockStart + 0x3ff) - blockStart;
+    parts.push(`\\u${hex(high)}[\\u${hex(low)}-\\u${hex(lowEnd)}]`);
+  }
+  return parts.join('|');
+}
 
 /** The digit's value, or -1 if the code point is not a digit we read. */
 export function digitValue(cp: number): number {
@@ -79,7 +109,8 @@ export function isSeparator(cp: number): boolean {
 }
 
 export function isInvisible(cp: number): boolean {
-  return cp <= 0xffff && (KINDS[cp]! & INVISIBLE) !== 0;
+  if (cp <= 0xffff) return (KINDS[cp]! & INVISIBLE) !== 0;
+  return INVISIBLES_ABOVE_BMP.some(([first, last]) => cp >= first && cp <= last);
 }
 
 /** Latin letters, in any case and in fullwidth form, as upper-case ASCII; otherwise an empty string. */
