@@ -4,7 +4,7 @@
 // a response.
 import { spawnSync } from 'node:child_process';
 import { createHash, generateKeyPairSync, sign } from 'node:crypto';
-import { copyFileSync, cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import t from 'tap';
 import OpenAI from 'openai';
@@ -147,7 +147,7 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   const first = verifyTool(['--key', join(exported, 'public-key.pem'), '--export', exported, '--state', state]);
   t.equal(first.code, 0, first.out);
   t.match(first.out, /entries: every checkpoint's root recomputed/);
-  const own = cli(['audit', 'verify', '--data-dir', dataDir]);
+  const own = cli(['audit', 'verify', '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software' });
   t.equal(own.code, 0, own.stdout + own.stderr);
   t.match(own.stdout, /VERIFIED/);
   const earlier = join(work, 'earlier');
@@ -187,6 +187,25 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
     },
     /signature does not verify/,
   );
+
+  // A receipt whose readable entry was edited (its hashed bytes left alone) is refused.
+  const edited = { ...receipt.json, entry: { ...receipt.json.entry, status: 200 } };
+  writeFileSync(join(work, 'edited.json'), JSON.stringify(edited));
+  const editedCheck = verifyTool(['--key', join(work, 'key.pem'), '--receipt', join(work, 'edited.json')]);
+  t.equal(editedCheck.code, 1);
+  t.match(editedCheck.out, /the entry shown differs from the bytes that were logged/);
+  // An entry added after the newest checkpoint is not passed off as verified.
+  const appended = join(work, 'appended');
+  cpSync(exported, appended, { recursive: true });
+  writeFileSync(join(appended, 'entries.jsonl'), `${readFileSync(join(appended, 'entries.jsonl'), 'utf8')}{"forged":true}\n`);
+  const appendedCheck = verifyTool(['--key', join(exported, 'public-key.pem'), '--export', appended]);
+  t.match(appendedCheck.out, /NOT VERIFIED: the 1 entries after checkpoint \d+ are not covered/);
+  // audit verify trusts key files, not the keys in the data: another key fails.
+  const stranger = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  writeFileSync(join(work, 'stranger.pem'), stranger.publicKey.export({ type: 'spki', format: 'pem' }));
+  const wrongKey = cli(['audit', 'verify', '--data-dir', dataDir, '--key', join(work, 'stranger.pem')]);
+  t.equal(wrongKey.code, 1);
+  t.match(wrongKey.stdout, /FAILED: the log is signed now by key \w+, which is not among the trusted keys/);
 
   // The TPM-clock rule, with an attestation key of our own standing in for the TPM's (the real one is exercised in
   // audit-tpm.test.ts): quotes whose clock goes forward pass, a clock that goes back without a reset fails.
@@ -257,6 +276,23 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   const forkCheck = verifyTool(['--key', join(exported, 'public-key.pem'), '--export', forked, '--state', state]);
   t.equal(forkCheck.code, 1, '…but it does not extend what was trusted');
   t.match(forkCheck.out, /forked/);
+  await fork.stop();
+
+  // A replaced key: checkpoints before and after verify with both keys, not with the new one alone.
+  copyFileSync(join(forkDir, 'audit-signing-key.pem'), join(work, 'old-signing-key.pem'));
+  rmSync(join(forkDir, 'audit-signing-key.pem'));
+  const renewed = await startDaemon(t, ['--data-dir', forkDir, '--config', fastCheckpoints(forkDir)]);
+  for (let i = 0; i < 3; i++) await fetch(`${renewed.baseURL}/models`, { headers: { authorization: `Bearer ${forkKey.secret}` } });
+  await checkpointCovering(renewed, forkKey.secret, 33);
+  const rotated = join(work, 'rotated');
+  t.equal(cli(['audit', 'export', '--data-dir', forkDir, '--out', rotated]).code, 0);
+  const old = readdirSync(rotated).find((f) => /^public-key-\w+\.pem$/.test(f));
+  t.ok(old, 'the export holds the replaced key too');
+  const both = verifyTool(['--key', join(rotated, old!), '--key', join(rotated, 'public-key.pem'), '--export', rotated]);
+  t.equal(both.code, 0, both.out);
+  const newOnly = verifyTool(['--key', join(rotated, 'public-key.pem'), '--export', rotated]);
+  t.equal(newOnly.code, 1);
+  t.match(newOnly.out, /no signature by a trusted key/);
 });
 
 t.test('kill -9 under load: every call that got a response is in the log, and the log verifies', async (t) => {

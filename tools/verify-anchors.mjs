@@ -36,7 +36,7 @@ const EMPTY_ROOT = sha256();
 
 /** RFC 9162 §2.1.3.2. */
 export function verifyInclusion(leaf, index, size, proof, root) {
-  if (index < 0 || index >= size) return false;
+  if (!Number.isSafeInteger(index) || !Number.isSafeInteger(size) || index < 0 || index >= size) return false;
   let fn = index;
   let sn = size - 1;
   let r = leaf;
@@ -57,7 +57,7 @@ export function verifyInclusion(leaf, index, size, proof, root) {
 
 /** RFC 9162 §2.1.4.2. */
 export function verifyConsistency(m, n, firstRoot, secondRoot, proof) {
-  if (m < 0 || m > n) return false;
+  if (!Number.isSafeInteger(m) || !Number.isSafeInteger(n) || m < 0 || m > n) return false;
   if (m === n) return proof.length === 0 && firstRoot.equals(secondRoot);
   if (m === 0) return proof.length === 0 && firstRoot.equals(EMPTY_ROOT);
   if (!proof.length || proof.some((p) => p.length !== 32)) return false;
@@ -108,8 +108,16 @@ function rootsAt(leaves, sizes) {
   return roots;
 }
 
-/** Parses and checks one signed note; returns its size, root and signer. */
-function checkNote(checkpoint, key, keyId, origin) {
+/** RFC 8785 canonical JSON of a parsed entry (keys sorted by UTF-16 code units, no whitespace). */
+function canonicalJson(value) {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const keys = Object.keys(value).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`).join(',')}}`;
+}
+
+/** Parses and checks one signed note against the trusted keys (by key ID); returns its size, root and signer. */
+function checkNote(checkpoint, trusted, origin) {
   const note = checkpoint.note;
   const split = note.indexOf('\n\n');
   if (split < 0) throw new Failure(`checkpoint ${checkpoint.seq}: not a signed note (no blank line)`);
@@ -135,13 +143,17 @@ function checkNote(checkpoint, key, keyId, origin) {
     const match = /^\u2014 (\S+) ([A-Za-z0-9+/=]+)$/.exec(line);
     if (!match) throw new Failure(`checkpoint ${checkpoint.seq}: malformed signature line`);
     const blob = Buffer.from(match[2], 'base64');
-    if (match[1] !== origin || !blob.subarray(0, 4).equals(keyId)) continue; // another key's signature
+    const key = trusted.get(blob.subarray(0, 4).toString('hex'));
+    if (match[1] !== origin || !key) continue; // another key's signature
     if (!verifySignature('sha256', Buffer.from(text), key, blob.subarray(4))) {
-      throw new Failure(`checkpoint ${checkpoint.seq}: the signature does not verify with this public key`);
+      throw new Failure(
+        `checkpoint ${checkpoint.seq}: the signature does not verify with the public key ${blob.subarray(0, 4).toString('hex')}`,
+      );
     }
     verified = true;
   }
-  if (!verified) throw new Failure(`checkpoint ${checkpoint.seq}: no signature by this key (key ID ${keyId.toString('hex')})`);
+  if (!verified)
+    throw new Failure(`checkpoint ${checkpoint.seq}: no signature by a trusted key (trusted: ${[...trusted.keys()].join(', ')})`);
   return { seq: checkpoint.seq, size, root, signer, time };
 }
 
@@ -177,20 +189,32 @@ const hashes = (list, what) => {
 };
 
 /** Verifies; returns the lines to print. Throws Failure naming the first thing that is wrong. */
-export function verify({ keyPem, anchors, entries, receipt, state, requireTpm, akPem }) {
+export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requireTpm, akPem }) {
   const out = [];
-  const key = createPublicKey(keyPem);
-  if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1')
-    throw new Failure('the public key is not an ECDSA P-256 key');
-  const keyId = sha256(key.export({ type: 'spki', format: 'der' })).subarray(0, 4);
+  // Every key the operator trusts (more than one after a key was replaced), by key ID.
+  const trusted = new Map();
+  for (const pem of keyPems ?? [keyPem]) {
+    const key = createPublicKey(pem);
+    if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1')
+      throw new Failure('a public key is not an ECDSA P-256 key');
+    trusted.set(
+      sha256(key.export({ type: 'spki', format: 'der' }))
+        .subarray(0, 4)
+        .toString('hex'),
+      key,
+    );
+  }
+  const keyId = Buffer.from([...trusted.keys()][0], 'hex');
   const doc = receipt ?? anchors;
   const origin = doc.origin;
   if (typeof origin !== 'string' || !origin) throw new Failure('the JSON names no origin');
-  if (doc.key_id && doc.key_id !== keyId.toString('hex'))
-    throw new Failure(`the log says its key ID is ${doc.key_id}, but the given public key's is ${keyId.toString('hex')}`);
-  out.push(`log ${origin}, key ID ${keyId.toString('hex')}`);
+  if (doc.key_id && !trusted.has(doc.key_id))
+    throw new Failure(
+      `the log is signed now by key ${doc.key_id}, which is not among the trusted keys (${[...trusted.keys()].join(', ')})`,
+    );
+  out.push(`log ${origin}, trusted key${trusted.size > 1 ? 's' : ''} ${[...trusted.keys()].join(', ')}`);
   const noteCheck = (c) => {
-    const checked = checkNote(c, key, keyId, origin);
+    const checked = checkNote(c, trusted, origin);
     if (checked.signer !== 'tpm') {
       if (requireTpm) throw new Failure(`checkpoint ${c.seq} was signed by a ${checked.signer} key, not the TPM`);
     }
@@ -201,13 +225,19 @@ export function verify({ keyPem, anchors, entries, receipt, state, requireTpm, a
   if (receipt) {
     const c = noteCheck(receipt.checkpoint);
     if (akKey) checkQuote(receipt.checkpoint, akKey);
+    if (!Number.isSafeInteger(receipt.leaf) || receipt.leaf < 0) throw new Failure('the receipt names no valid leaf');
+    if (typeof receipt.entry_canonical !== 'string') throw new Failure('the receipt has no entry_canonical');
+    // What a reader sees (entry) must be exactly what was hashed (entry_canonical).
+    if (receipt.entry !== undefined && canonicalJson(receipt.entry) !== receipt.entry_canonical) {
+      throw new Failure(`entry ${receipt.leaf}: the entry shown differs from the bytes that were logged`);
+    }
     const entryBytes = Buffer.from(receipt.entry_canonical, 'utf8');
     const proof = hashes(receipt.inclusion, `entry ${receipt.leaf}`);
     if (!verifyInclusion(leafHash(entryBytes), receipt.leaf, c.size, proof, c.root)) {
       throw new Failure(`entry ${receipt.leaf}: its inclusion proof does not lead to checkpoint ${c.seq}'s root`);
     }
     out.push(`checkpoint ${c.seq} (size ${c.size}, signed by ${c.signer}): signature ok`);
-    out.push(`entry ${receipt.leaf}: included in checkpoint ${c.seq}`);
+    out.push(`entry ${receipt.leaf}: included in checkpoint ${c.seq}: ${receipt.entry_canonical}`);
     return { lines: out, latest: null };
   }
 
@@ -257,14 +287,17 @@ export function verify({ keyPem, anchors, entries, receipt, state, requireTpm, a
       if (!roots.get(c.size).equals(c.root))
         throw new Failure(`the entries do not hash to checkpoint ${c.seq}'s root (size ${c.size}): an entry was changed, removed or added`);
     }
-    out.push(
-      `${entries.length} entries: every checkpoint's root recomputed from them; all ${last.size} entries up to checkpoint ${last.seq} are included`,
-    );
+    out.push(`${last.size} entries: every checkpoint's root recomputed from them; all are included, none changed, removed or added`);
+    if (entries.length > last.size) {
+      out.push(
+        `NOT VERIFIED: the ${entries.length - last.size} entries after checkpoint ${last.seq} are not covered by a signed checkpoint yet`,
+      );
+    }
   }
 
   const latest = checked.at(-1);
   if (state) {
-    if (state.origin !== origin || state.key_id !== keyId.toString('hex'))
+    if (state.origin !== origin || !trusted.has(state.key_id))
       throw new Failure(`the state file is for ${state.origin} (key ${state.key_id}), not this log`);
     const trustedRoot = Buffer.from(state.root, 'base64');
     if (latest.size < state.size)
@@ -289,7 +322,13 @@ export function verify({ keyPem, anchors, entries, receipt, state, requireTpm, a
   }
   return {
     lines: out,
-    latest: { origin, key_id: keyId.toString('hex'), seq: latest.seq, size: latest.size, root: latest.root.toString('base64') },
+    latest: {
+      origin,
+      key_id: list.at(-1).key_id ?? keyId.toString('hex'),
+      seq: latest.seq,
+      size: latest.size,
+      root: latest.root.toString('base64'),
+    },
   };
 }
 
@@ -311,7 +350,7 @@ function main() {
   try {
     args = parseArgs({
       options: {
-        key: { type: 'string' },
+        key: { type: 'string', multiple: true },
         export: { type: 'string' },
         anchors: { type: 'string' },
         receipt: { type: 'string' },
@@ -333,7 +372,7 @@ function main() {
     return args.help ? 0 : 2;
   }
   try {
-    const keyPem = readFileSync(args.key, 'utf8');
+    const keyPems = args.key.map((file) => readFileSync(file, 'utf8'));
     const input = args.export
       ? readExport(args.export)
       : args.anchors
@@ -341,8 +380,8 @@ function main() {
         : { receipt: JSON.parse(readFileSync(args.receipt, 'utf8')) };
     const state = args.state && existsSync(args.state) ? JSON.parse(readFileSync(args.state, 'utf8')) : undefined;
     const akPem = args.ak ? readFileSync(args.ak, 'utf8') : undefined;
-    const { lines, latest } = verify({ keyPem, ...input, state, requireTpm: args['require-tpm'] === true, akPem });
-    for (const line of lines) process.stdout.write(`ok: ${line}\n`);
+    const { lines, latest } = verify({ keyPems, ...input, state, requireTpm: args['require-tpm'] === true, akPem });
+    for (const line of lines) process.stdout.write(line.startsWith('NOT VERIFIED') ? `${line}\n` : `ok: ${line}\n`);
     if (args.state && latest) {
       writeFileSync(`${args.state}.tmp`, `${JSON.stringify(latest, null, 2)}\n`);
       renameSync(`${args.state}.tmp`, args.state);

@@ -44,12 +44,19 @@ export async function exportAudit(
   renameSync(`${entriesFile}.tmp`, entriesFile);
   progress(size, size);
 
+  // Every key that signed a checkpoint here: after a key was replaced, older checkpoints need the older key.
+  const allKeys: Record<string, string> = {};
+  for (const id of new Set(covered.map((c) => c.key_id))) {
+    const pem = id ? keys.get(id) : undefined;
+    if (pem) allKeys[id] = pem;
+  }
   const anchors = {
     object: 'audit.anchors',
     origin: covered.length ? originOf(covered.at(-1)!) : origin,
     key_id: last?.key_id ?? null,
     public_key: publicKey,
     attestation_key: attestationKey,
+    keys: allKeys,
     tree_size: size,
     checkpoints: covered.map((c, i) => ({
       ...c,
@@ -64,6 +71,7 @@ export async function exportAudit(
   };
   writeFileSync(join(dir, 'anchors.json'), `${JSON.stringify(anchors, null, 2)}\n`);
   if (publicKey) writeFileSync(join(dir, 'public-key.pem'), publicKey);
+  for (const [id, pem] of Object.entries(allKeys)) if (id !== last?.key_id) writeFileSync(join(dir, `public-key-${id}.pem`), pem);
   if (attestationKey) writeFileSync(join(dir, 'attestation-key.pem'), attestationKey);
   return { dir, entries: size, checkpoints: covered.length, keyId: last?.key_id ?? null };
 }

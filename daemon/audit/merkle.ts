@@ -66,7 +66,8 @@ export function consistencyProof(subtree: SubtreeHash, m: number, n: number): Ha
 
 /** RFC 9162 §2.1.3.2. */
 export function verifyInclusion(leaf: Hash, index: number, size: number, proof: Hash[], root: Hash): boolean {
-  if (index < 0 || index >= size || leaf.length !== 32 || root.length !== 32) return false;
+  if (!Number.isSafeInteger(index) || !Number.isSafeInteger(size) || index < 0 || index >= size) return false;
+  if (leaf.length !== 32 || root.length !== 32) return false;
   let fn = index;
   let sn = size - 1;
   let r = leaf;
@@ -91,7 +92,8 @@ export function verifyInclusion(leaf: Hash, index: number, size: number, proof: 
 
 /** RFC 9162 §2.1.4.2. */
 export function verifyConsistency(m: number, n: number, firstRoot: Hash, secondRoot: Hash, proof: Hash[]): boolean {
-  if (m < 0 || m > n || firstRoot.length !== 32 || secondRoot.length !== 32) return false;
+  if (!Number.isSafeInteger(m) || !Number.isSafeInteger(n) || m < 0 || m > n) return false;
+  if (firstRoot.length !== 32 || secondRoot.length !== 32) return false;
   if (m === n) return proof.length === 0 && firstRoot.equals(secondRoot);
   if (m === 0) return proof.length === 0 && firstRoot.equals(EMPTY_ROOT);
   if (!proof.length || proof.some((p) => p.length !== 32)) return false;

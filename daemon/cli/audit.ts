@@ -1,11 +1,11 @@
 // `sovereign audit`: provision the TPM signing key, export the log for offline checking, and verify it here.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { exportAudit } from '../audit/export.js';
-import { originOf, TpmSigner, tpmOptions } from '../audit/index.js';
-import { loadConfig } from '../config/index.js';
+import { keyIdOf, originOf, SoftwareSigner, softwareKeyFile, TpmSigner, tpmOptions } from '../audit/index.js';
+import { loadConfig, type Config } from '../config/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
 import { printJson } from './output.js';
@@ -17,10 +17,12 @@ Commands:
                             audit.primaryHandle and audit.keyHandle (TCTI: audit.tcti), and write the public key to
                             <dataDir>/audit-public-key.pem; --replace evicts keys already at those handles
   export --out DIR          write entries.jsonl, anchors.json and public-key.pem for tools/verify-anchors.mjs
-  verify [--state FILE] [--require-tpm]
+  verify [--key FILE ...] [--ak FILE] [--state FILE] [--require-tpm]
                             export to a temporary directory and check it as tools/verify-anchors.mjs does
-                            (signatures, consistency proofs, every entry); with --state, also that the log extends
-                            the checkpoint trusted last time, then record the newest one
+                            (signatures, consistency proofs, every entry, TPM quotes); the keys trusted are --key
+                            files, else <dataDir>/audit-public-key*.pem (init-tpm's, current and replaced), else
+                            the software key's public half; --ak defaults to <dataDir>/audit-attestation-key.pem;
+                            with --state, also that the log extends the checkpoint trusted last time
 
 ${COMMON_HELP}`;
 
@@ -29,11 +31,26 @@ const VERIFIER = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 't
 interface VerifierModule {
   verify(
     this: void,
-    input: { keyPem: string; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean; akPem?: string },
+    input: { keyPems: string[]; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean; akPem?: string },
   ): {
     lines: string[];
     latest: unknown;
   };
+}
+
+/**
+ * The public keys `audit verify` trusts: --key files, else the ones init-tpm wrote to the data directory (the
+ * current and any replaced ones), else the public half of the software key when audit.signer is software.
+ */
+function trustedKeyFiles(config: Config, given: string[] | undefined): string[] {
+  if (given?.length) return given;
+  const files = readdirSync(config.dataDir)
+    .filter((f) => /^audit-public-key.*\.pem$/.test(f))
+    .map((f) => join(config.dataDir, f));
+  if (files.length || config.audit.signer !== 'software' || !existsSync(softwareKeyFile(config))) return files;
+  const derived = join(mkdtempSync(join(tmpdir(), 'sov-key-')), 'software-public-key.pem');
+  writeFileSync(derived, new SoftwareSigner(softwareKeyFile(config)).publicKeyPem);
+  return [derived];
 }
 
 export async function auditCommand(argv: string[]): Promise<number> {
@@ -43,6 +60,8 @@ export async function auditCommand(argv: string[]): Promise<number> {
     replace: { type: 'boolean' },
     state: { type: 'string' },
     'require-tpm': { type: 'boolean' },
+    key: { type: 'string', multiple: true },
+    ak: { type: 'string' },
   });
   const [command, ...rest] = positionals;
   if (values.help || !command) {
@@ -63,6 +82,9 @@ export async function auditCommand(argv: string[]): Promise<number> {
     const file = join(config.dataDir, 'audit-public-key.pem');
     const akFile = join(config.dataDir, 'audit-attestation-key.pem');
     await openStore(config.dataDir).close(); // creates the data directory with its permissions
+    // A replaced key stays trusted for the checkpoints it signed: kept under its key ID.
+    if (existsSync(file))
+      renameSync(file, join(config.dataDir, `audit-public-key.${keyIdOf(readFileSync(file, 'utf8')).toString('hex')}.pem`));
     writeFileSync(file, keys.publicKeyPem);
     writeFileSync(akFile, keys.attestationKeyPem);
     if (json) printJson({ ...options, publicKeyFile: file, attestationKeyFile: akFile, ...keys });
@@ -88,7 +110,12 @@ export async function auditCommand(argv: string[]): Promise<number> {
         return 1;
       }
       const { verify } = (await import(VERIFIER)) as VerifierModule;
-      const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as { public_key: string; attestation_key: string | null };
+      const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as unknown;
+      // The keys trusted are files the operator chose, never the keys recorded in the data being checked.
+      const keyFiles = trustedKeyFiles(config, values.key as string[] | undefined);
+      if (!keyFiles.length) throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
+      say(`trusting ${keyFiles.join(', ')}`);
+      const akFile = typeof values.ak === 'string' ? values.ak : join(config.dataDir, 'audit-attestation-key.pem');
       const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
       const entries = entriesText
         ? entriesText
@@ -105,17 +132,20 @@ export async function auditCommand(argv: string[]): Promise<number> {
       }
       try {
         const result = verify({
-          keyPem: anchors.public_key,
+          keyPems: keyFiles.map((f) => readFileSync(f, 'utf8')),
           anchors,
           entries,
           state,
           requireTpm: values['require-tpm'] === true,
-          // The quotes are checked whenever the TPM has an attestation key.
-          ...(anchors.attestation_key ? { akPem: anchors.attestation_key } : {}),
+          // TPM quotes are checked whenever init-tpm left an attestation key (or --ak names one).
+          ...(existsSync(akFile) ? { akPem: readFileSync(akFile, 'utf8') } : {}),
         });
         if (stateFile) writeFileSync(stateFile, `${JSON.stringify(result.latest, null, 2)}\n`);
         if (json) printJson({ verified: true, checks: result.lines });
-        else for (const line of [...result.lines, 'VERIFIED']) process.stdout.write(`${line === 'VERIFIED' ? '' : 'ok: '}${line}\n`);
+        else {
+          for (const line of result.lines) process.stdout.write(line.startsWith('NOT VERIFIED') ? `${line}\n` : `ok: ${line}\n`);
+          process.stdout.write('VERIFIED\n');
+        }
         return 0;
       } catch (err) {
         if (json) printJson({ verified: false, failure: (err as Error).message });

@@ -34,6 +34,12 @@ export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: 
   });
 }
 
+/** For a stream whose content has already gone out: it cannot be withheld, but the client is told. */
+export const AUDIT_FAILED_AFTER_STREAM = new ApiError(
+  'audit_unavailable',
+  'The audit log could not record this call after its answer was streamed. Report the X-Request-Id to the operator.',
+);
+
 export const AUDIT_UNAVAILABLE = new ApiError(
   'audit_unavailable',
   'The audit log could not record this call, so its result was withheld. Retry shortly; if it persists, the operator must check the data disk.',

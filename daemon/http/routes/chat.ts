@@ -7,7 +7,7 @@ import { ApiError } from '../../errors/index.js';
 import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
-import { AUDIT_UNAVAILABLE, recordCall } from '../audit.js';
+import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { chatCompletionBody } from './schemas.js';
 
@@ -187,7 +187,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const onUsage = (u: Usage) => (request.call.usedTokens = u.promptTokens + u.completionTokens);
       const scrubbing = answerScrubbing(deps, request);
       if (request.body.stream) {
-        const record = (sha: string) => recordCall(deps, request, 200, sha);
+        const record = (sha: string, status: number) => recordCall(deps, request, status, sha);
         return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing, record });
       }
 
@@ -238,7 +238,7 @@ interface StreamArgs {
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
   scrubbing: AnswerScrubbing | null;
   /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
-  record: (sentSha256: string) => Promise<number> | null;
+  record: (sentSha256: string, status: number) => Promise<number> | null;
 }
 
 /**
@@ -257,14 +257,15 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   };
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
     write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
-  // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore.
-  const finish = async () => {
+  // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
+  // ended in an error event is recorded with that error's status (the HTTP status line said 200).
+  const finish = async (status = 200) => {
     try {
-      const leaf = await record(sent.digest('hex'));
+      const leaf = await record(sent.digest('hex'), status);
       if (leaf !== null) out.write(`: x-audit-leaf ${leaf}\n\n`);
     } catch (err) {
       request.log.error({ err: (err as Error).message }, 'the audit log could not record a call');
-      out.write(`data: ${JSON.stringify(AUDIT_UNAVAILABLE.toBody())}\n\n`);
+      out.write(`data: ${JSON.stringify(AUDIT_FAILED_AFTER_STREAM.toBody())}\n\n`);
     }
     out.end('data: [DONE]\n\n');
   };
@@ -347,11 +348,13 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
             'Scrubbing the answer failed, so the rest of it was withheld. Retry; if it persists, report the X-Request-Id.',
           );
           write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+          return finish(error.status);
         } else if (!signal.aborted) {
           const error =
             err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
           if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
           write(`data: ${JSON.stringify(error.toBody())}\n\n`);
+          return finish(error.status);
         }
         return finish();
       });
