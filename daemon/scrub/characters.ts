@@ -85,6 +85,14 @@ export const SEPARATOR_CLASS = classBody(SEPARATORS);
 export const INVISIBLE_CLASS = classBody(INVISIBLES);
 /** One invisible character of either plane, as a regular expression (without the u flag: as UTF-16). */
 export const INVISIBLE_PATTERN = `(?:[${INVISIBLE_CLASS}]|${INVISIBLES_ABOVE_BMP.map(([first, last]) => surrogateRange(first, last)).join('|')})`;
+/** Finds a high surrogate that may start an invisible character above U+FFFF (most texts have none). */
+export const INVISIBLE_ABOVE_BMP_HINT = new RegExp(
+  `[${INVISIBLES_ABOVE_BMP.map(([first, last]) => `\\u${hex(highSurrogate(first))}-\\u${hex(highSurrogate(last))}`).join('')}]`,
+);
+
+function highSurrogate(cp: number): number {
+  return 0xd800 + ((cp - 0x10000) >> 10);
+}
 
 /** A range of code points above U+FFFF as UTF-16 alternatives (per high surrogate). */
 function surrogateRange(first: number, last: number): string {

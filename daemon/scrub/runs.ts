@@ -1,7 +1,17 @@
 // Numbers as people write them: digit groups joined by at most two separators, with invisible characters anywhere.
 // Candidates are then taken on group boundaries only, so a value is never a window inside a longer digit group
 // (timestamps, tracking numbers), while "4111 1111 1111 1111" and "1-0-1-2-…" are still one number.
-import { DIGIT_CLASS, digitValue, INVISIBLE_PATTERN, isInvisible, isSeparator, MATH_DIGIT_PATTERN, SEPARATOR_CLASS } from './characters.js';
+import {
+  DIGIT_CLASS,
+  digitValue,
+  INVISIBLE_ABOVE_BMP_HINT,
+  INVISIBLE_CLASS,
+  INVISIBLE_PATTERN,
+  isInvisible,
+  isSeparator,
+  MATH_DIGIT_PATTERN,
+  SEPARATOR_CLASS,
+} from './characters.js';
 
 export interface DigitGroup {
   /** The group's digits are `run.digits.slice(from, to)`. */
@@ -35,8 +45,10 @@ const SHORTEST_VALUE = 10;
  * digits costs almost nothing, and runs too short to hold a value are passed over without reading them here.
  */
 const DIGIT = `(?:[${DIGIT_CLASS}]|${MATH_DIGIT_PATTERN})`;
-const GAP = `${INVISIBLE_PATTERN}*(?:[${SEPARATOR_CLASS}\\u066b]${INVISIBLE_PATTERN}*(?:[${SEPARATOR_CLASS}]${INVISIBLE_PATTERN}*)?)?`;
-const RUN = new RegExp(`${DIGIT}(?:${GAP}${DIGIT})*`, 'y');
+const gap = (invisible: string) => `${invisible}*(?:[${SEPARATOR_CLASS}\\u066b]${invisible}*(?:[${SEPARATOR_CLASS}]${invisible}*)?)?`;
+/** Runs in text with invisible characters above U+FFFF too, and the faster form for text without any. */
+const RUN_ALL = new RegExp(`${DIGIT}(?:${gap(INVISIBLE_PATTERN)}${DIGIT})*`, 'y');
+const RUN_BMP = new RegExp(`${DIGIT}(?:${gap(`[${INVISIBLE_CLASS}]`)}${DIGIT})*`, 'y');
 /** Where a run may begin: a digit, or the first half of a mathematical one (RUN then says whether it is one). */
 const RUN_START = new RegExp(`[${DIGIT_CLASS}\\ud835]`, 'g');
 
@@ -46,6 +58,7 @@ function isDecimalPoint(cp: number): boolean {
 
 export function digitRuns(text: string): DigitScan {
   const scan: DigitScan = { starts: [], runs: [] };
+  const RUN = INVISIBLE_ABOVE_BMP_HINT.test(text) ? RUN_ALL : RUN_BMP;
   // test() allocates nothing, unlike exec(): the start is one before where RUN_START stopped.
   for (RUN_START.lastIndex = 0; RUN_START.test(text);) {
     const start = RUN_START.lastIndex - 1;
