@@ -147,3 +147,16 @@ t.test('SIGTERM still drains and exits 0 when the log pipe is gone (as after `se
   const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('still running'), 10_000))]);
   t.equal(code, 0, 'exit code 0 within seconds');
 });
+
+t.test('one daemon per data directory: a second refuses to start; a lock left by a killed daemon is taken over', async (t) => {
+  const dir = tempDir(t);
+  const first = await startDaemon(t, ['--data-dir', dir]);
+  const second = cli(['serve', '--port', '0', '--data-dir', dir], { SOVEREIGN_AUDIT_SIGNER: 'software' });
+  t.equal(second.code, 1);
+  t.match(second.stderr, new RegExp(`another sovereign daemon \\(pid ${first.proc.pid}\\) is serving from`));
+  first.proc.kill('SIGKILL');
+  await first.exited;
+  const third = await startDaemon(t, ['--data-dir', dir]);
+  t.match(third.baseURL, /^http:\/\/127\.0\.0\.1:\d+\/v1$/, 'started after the killed one');
+  t.equal(await third.stop(), 0);
+});

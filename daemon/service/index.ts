@@ -11,6 +11,7 @@ import { InFlightGate, KeyLimits } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
 import { openStore } from '../store/index.js';
+import { lockDataDir } from './lock.js';
 import { startModels, type ModelsRuntime } from './models.js';
 
 export interface Daemon {
@@ -43,6 +44,13 @@ export async function startDaemon(
   const https = readTls(config);
   const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
+  let unlock: () => void;
+  try {
+    unlock = lockDataDir(config.dataDir);
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
   const state: DaemonState = { draining: false, startedAt: Date.now() };
 
   const catalog = new ModelCatalog();
@@ -70,6 +78,7 @@ export async function startDaemon(
     await app.close();
     await audit?.close();
     await store.close();
+    unlock();
     throw err;
   }
   const address = app.server.address();
@@ -107,6 +116,7 @@ export async function startDaemon(
         // A last checkpoint covering every call answered.
         await audit.close();
         await store.close();
+        unlock();
         app.log.info('sovereign stopped');
         return { drained: outcome === 'closed' };
       })();
