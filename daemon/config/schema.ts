@@ -36,6 +36,7 @@ export interface Config {
     threads: number;
   };
   scrub: { output: boolean };
+  documents: { maxChunksPerDocument: number; maxDocumentsPerKnowledgeBase: number };
   audit: {
     signer: 'tpm' | 'software';
     tcti: string;
@@ -123,6 +124,14 @@ export const configSchema = {
           type: 'boolean',
           description: "Scrub chat models' answers too (streamed with a short hold-back), not only what they are sent.",
         },
+      },
+    },
+    documents: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxChunksPerDocument: positiveInt('Chunks one document may make; a longer one gets 413.', 1, 1_000_000),
+        maxDocumentsPerKnowledgeBase: positiveInt('Documents one knowledge base may hold; the next gets 400.', 1, 10_000_000),
       },
     },
     audit: {

@@ -20,6 +20,7 @@ import { isMetered, type Config } from '../config/index.js';
 import { ApiError, MESSAGES } from '../errors/index.js';
 import { ScrubSession } from '../scrub/index.js';
 import type { AuditService } from '../audit/index.js';
+import type { DocumentLibrary } from '../documents/index.js';
 import type { KeyRegistry } from '../keys/index.js';
 import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
@@ -44,6 +45,8 @@ export interface PipelineDeps {
   fixedHeaders: Record<string, string>;
   /** The audit trail; absent only in tests of the HTTP layer alone. */
   audit?: AuditService;
+  /** Knowledge bases and their documents. */
+  documents?: DocumentLibrary;
 }
 
 type Hook = 'onRequest' | 'preHandler';

@@ -11,6 +11,7 @@ import { sendError, toApiError, writeClientError, writeResponseError } from './e
 import { identifyStage, registerStages, v1Stages, type PipelineDeps } from './pipeline.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerChatRoute } from './routes/chat.js';
+import { registerDocumentRoutes } from './routes/documents.js';
 import { registerEmbeddingsRoute } from './routes/embeddings.js';
 import { registerLivenessRoute, registerServiceRoutes } from './routes/service.js';
 import './context.js';
@@ -103,6 +104,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
       registerChatRoute(v1, deps);
       registerEmbeddingsRoute(v1, deps);
       registerAuditRoutes(v1, deps);
+      registerDocumentRoutes(v1, deps);
     },
     { prefix: '/v1' },
   );

@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService } from '../audit/index.js';
+import { DocumentLibrary } from '../documents/index.js';
 import { buildApp, type DaemonState, type PipelineDeps } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { InFlightGate, KeyLimits } from '../limits/index.js';
@@ -64,6 +65,10 @@ export async function startDaemon(
     engines,
     state,
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
+    documents: new DocumentLibrary(store, {
+      chunksPerDocument: config.documents.maxChunksPerDocument,
+      documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
+    }),
   };
   const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
 

@@ -1,0 +1,182 @@
+// Knowledge bases and their documents, stored in lmdb, already scrubbed (the HTTP layer scrubs before a document
+// gets here, and nothing else is ever written). Each knowledge base belongs to one project. Chunks are indexed for
+// lexical retrieval (BM25), built per knowledge base from the stored chunks on first use after a start.
+import { randomBytes } from 'node:crypto';
+import type { Database } from 'lmdb';
+import type { RedactionCounts } from '../scrub/index.js';
+import type { Store } from '../store/index.js';
+import { Bm25Index } from './bm25.js';
+import { chunkText, DEFAULT_CHUNKING } from './chunk.js';
+
+export interface DocumentRecord {
+  id: string;
+  project: string;
+  knowledgeBase: string;
+  filename: string | null;
+  metadata: Record<string, unknown> | null;
+  createdAt: number;
+  /** Chunk ids, in document order. */
+  chunkIds: number[];
+  redactions: RedactionCounts;
+  characters: number;
+}
+
+interface ChunkRecord {
+  document: string;
+  index: number;
+  text: string;
+}
+
+export interface Hit {
+  documentId: string;
+  filename: string | null;
+  chunk: number;
+  score: number;
+  text: string;
+}
+
+export interface LibraryLimits {
+  chunksPerDocument: number;
+  documentsPerKnowledgeBase: number;
+}
+
+/** A request the library refuses, with the HTTP status it means (400 or 413) and what to do. */
+export class LibraryError extends Error {
+  constructor(
+    readonly status: 400 | 404 | 413,
+    message: string,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+const kbKey = (project: string, knowledgeBase: string) => `${project}\u0000${knowledgeBase}`;
+
+export class DocumentLibrary {
+  private readonly documents: Database<DocumentRecord, string>;
+  private readonly chunks: Database<ChunkRecord, number>;
+  private readonly meta: Database<number, string>;
+  /** BM25 per knowledge base, built on first use. */
+  private readonly indexes = new Map<string, Bm25Index>();
+  /** The next chunk id, taken synchronously so that concurrent ingestions never share one. */
+  private nextChunk: number;
+
+  constructor(
+    store: Store,
+    private readonly limits: LibraryLimits,
+  ) {
+    this.documents = store.db<DocumentRecord>('documents');
+    this.chunks = store.db<ChunkRecord, number>('document-chunks');
+    this.meta = store.db<number>('documents-meta');
+    this.nextChunk = this.meta.get('next-chunk') ?? 0;
+  }
+
+  /** Chunks and stores a scrubbed document; returns its record. */
+  async add(
+    project: string,
+    input: {
+      knowledgeBase: string;
+      content: string;
+      filename: string | null;
+      metadata: Record<string, unknown> | null;
+      redactions: RedactionCounts;
+    },
+  ): Promise<DocumentRecord> {
+    const texts = chunkText(input.content, DEFAULT_CHUNKING);
+    if (!texts.length) throw new LibraryError(400, 'The document has no text to index.', 'content');
+    if (texts.length > this.limits.chunksPerDocument) {
+      throw new LibraryError(
+        413,
+        `The document makes ${texts.length} chunks; at most ${this.limits.chunksPerDocument} are allowed (documents.maxChunksPerDocument). Split it into smaller documents.`,
+        'content',
+      );
+    }
+    if (this.list(project, input.knowledgeBase).length >= this.limits.documentsPerKnowledgeBase) {
+      throw new LibraryError(
+        400,
+        `The knowledge base '${input.knowledgeBase}' already holds ${this.limits.documentsPerKnowledgeBase} documents (documents.maxDocumentsPerKnowledgeBase). Delete some or use another knowledge base.`,
+        'knowledge_base',
+      );
+    }
+    const first = this.nextChunk;
+    this.nextChunk += texts.length;
+    const chunkIds = texts.map((_, i) => first + i);
+    const record: DocumentRecord = {
+      id: `doc_${randomBytes(12).toString('hex')}`,
+      project,
+      knowledgeBase: input.knowledgeBase,
+      filename: input.filename,
+      metadata: input.metadata,
+      createdAt: Math.floor(Date.now() / 1000),
+      chunkIds,
+      redactions: input.redactions,
+      characters: input.content.length,
+    };
+    await this.documents.transaction(() => {
+      void this.meta.put('next-chunk', this.nextChunk);
+      texts.forEach((text, index) => void this.chunks.put(chunkIds[index]!, { document: record.id, index, text }));
+      void this.documents.put(record.id, record);
+    });
+    const index = this.indexes.get(kbKey(project, input.knowledgeBase));
+    texts.forEach((text, i) => index?.add(chunkIds[i]!, text));
+    return record;
+  }
+
+  /** The project's documents in a knowledge base (or in all of its knowledge bases), oldest first. */
+  list(project: string, knowledgeBase?: string): DocumentRecord[] {
+    const out: DocumentRecord[] = [];
+    for (const { value } of this.documents.getRange()) {
+      if (value.project === project && (knowledgeBase === undefined || value.knowledgeBase === knowledgeBase)) out.push(value);
+    }
+    return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+  }
+
+  /** A document of this project, or undefined (another project's document is not told apart from none). */
+  get(project: string, id: string): DocumentRecord | undefined {
+    const record = this.documents.get(id);
+    return record?.project === project ? record : undefined;
+  }
+
+  /** Removes the document, its chunks and its index entries. */
+  async remove(project: string, id: string): Promise<boolean> {
+    const record = this.get(project, id);
+    if (!record) return false;
+    await this.documents.transaction(() => {
+      for (const chunkId of record.chunkIds) void this.chunks.remove(chunkId);
+      void this.documents.remove(id);
+    });
+    const index = this.indexes.get(kbKey(project, record.knowledgeBase));
+    for (const chunkId of record.chunkIds) index?.remove(chunkId);
+    return true;
+  }
+
+  /** The best chunks of the knowledge base for the (scrubbed) query. */
+  search(project: string, knowledgeBase: string, query: string, topK: number): Hit[] {
+    const index = this.indexFor(project, knowledgeBase);
+    const hits: Hit[] = [];
+    for (const { id, score } of index.search(query, topK)) {
+      const chunk = this.chunks.get(id);
+      if (!chunk) continue;
+      const document = this.documents.get(chunk.document);
+      hits.push({ documentId: chunk.document, filename: document?.filename ?? null, chunk: chunk.index, score, text: chunk.text });
+    }
+    return hits;
+  }
+
+  private indexFor(project: string, knowledgeBase: string): Bm25Index {
+    const key = kbKey(project, knowledgeBase);
+    let index = this.indexes.get(key);
+    if (!index) {
+      index = new Bm25Index();
+      for (const document of this.list(project, knowledgeBase)) {
+        for (const chunkId of document.chunkIds) {
+          const chunk = this.chunks.get(chunkId);
+          if (chunk) index.add(chunkId, chunk.text);
+        }
+      }
+      this.indexes.set(key, index);
+    }
+    return index;
+  }
+}
