@@ -144,7 +144,7 @@ t.test('ingest, find, isolate, delete: and nothing planted reaches the disk', as
   const rebuilt = await fetch(`${again.baseURL}/documents/query`, {
     method: 'POST',
     headers: { authorization: `Bearer ${acme.secret}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ knowledge_base: 'policies', query: DOCUMENTS[4]!.query, top_k: 3 }),
+    body: JSON.stringify({ knowledge_base: 'policies', query: DOCUMENTS[4].query, top_k: 3 }),
   });
   const rebuiltJson = (await rebuilt.json()) as { citations: Array<{ document_id: string }> };
   t.ok(
