@@ -128,6 +128,19 @@ class TpmTools {
   }
 }
 
+/** Creates a key under `parent`, loads it and makes it persistent at `handle` (its private part never leaves). */
+async function createPersistentKey(
+  tools: TpmTools,
+  work: string,
+  key: { parent: string; algorithm: string; attributes: string; handle: string },
+): Promise<void> {
+  const [pub, priv, ctx] = ['new.pub', 'new.priv', 'new.ctx'].map((f) => join(work, f)) as [string, string, string];
+  await tools.run('tpm2_create', ['-C', key.parent, '-G', key.algorithm, '-a', key.attributes, '-u', pub, '-r', priv]);
+  await tools.run('tpm2_load', ['-C', key.parent, '-u', pub, '-r', priv, '-c', ctx]);
+  await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', ctx, key.handle]);
+  for (const file of [pub, priv, ctx]) rmSync(file, { force: true });
+}
+
 export class TpmSigner implements Signer {
   readonly kind = 'tpm';
   private constructor(
@@ -241,29 +254,12 @@ export class TpmSigner implements Signer {
       await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'primary.ctx'), options.primaryHandle]);
       await tools.flush();
       progress('creating the signing key (P-256, ECDSA-SHA256, never leaves the TPM)');
-      await tools.run('tpm2_create', [
-        '-C',
-        options.primaryHandle,
-        '-G',
-        'ecc256:ecdsa-sha256',
-        '-a',
-        'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|sign',
-        '-u',
-        join(work, 'key.pub'),
-        '-r',
-        join(work, 'key.priv'),
-      ]);
-      await tools.run('tpm2_load', [
-        '-C',
-        options.primaryHandle,
-        '-u',
-        join(work, 'key.pub'),
-        '-r',
-        join(work, 'key.priv'),
-        '-c',
-        join(work, 'key.ctx'),
-      ]);
-      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'key.ctx'), options.keyHandle]);
+      await createPersistentKey(tools, work, {
+        parent: options.primaryHandle,
+        algorithm: 'ecc256:ecdsa-sha256',
+        attributes: 'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|sign',
+        handle: options.keyHandle,
+      });
       await tools.flush();
       const pem = join(work, 'key.pem');
       await tools.run('tpm2_readpublic', ['-c', options.keyHandle, '-f', 'pem', '-o', pem]);
@@ -275,29 +271,12 @@ export class TpmSigner implements Signer {
       await tools.run('tpm2_createprimary', ['-C', 'e', '-g', 'sha256', '-G', 'ecc256', '-c', join(work, 'endorsement.ctx')]);
       await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'endorsement.ctx'), options.endorsementPrimaryHandle]);
       await tools.flush();
-      await tools.run('tpm2_create', [
-        '-C',
-        options.endorsementPrimaryHandle,
-        '-G',
-        'ecc256:ecdsa-sha256:null',
-        '-a',
-        'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign',
-        '-u',
-        join(work, 'ak.pub'),
-        '-r',
-        join(work, 'ak.priv'),
-      ]);
-      await tools.run('tpm2_load', [
-        '-C',
-        options.endorsementPrimaryHandle,
-        '-u',
-        join(work, 'ak.pub'),
-        '-r',
-        join(work, 'ak.priv'),
-        '-c',
-        join(work, 'ak.ctx'),
-      ]);
-      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'ak.ctx'), options.attestationKeyHandle]);
+      await createPersistentKey(tools, work, {
+        parent: options.endorsementPrimaryHandle,
+        algorithm: 'ecc256:ecdsa-sha256:null',
+        attributes: 'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign',
+        handle: options.attestationKeyHandle,
+      });
       await tools.flush();
       const ak = join(work, 'ak.pem');
       await tools.run('tpm2_readpublic', ['-c', options.attestationKeyHandle, '-f', 'pem', '-o', ak]);

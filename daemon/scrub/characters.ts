@@ -129,3 +129,13 @@ export function latinLetter(cp: number): string {
   if (cp >= 0xff41 && cp <= 0xff5a) return String.fromCharCode(cp - 0xff41 + 0x41);
   return '';
 }
+
+/** The code point that ends just before `at` in `text` (a surrogate pair read whole). */
+export function codePointBefore(text: string, at: number): number {
+  const low = text.charCodeAt(at - 1);
+  if (low >= 0xdc00 && low <= 0xdfff && at >= 2) {
+    const high = text.charCodeAt(at - 2);
+    if (high >= 0xd800 && high <= 0xdbff) return text.codePointAt(at - 2)!;
+  }
+  return low;
+}

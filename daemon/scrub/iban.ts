@@ -1,7 +1,7 @@
 // IBANs of every country in the ISO 13616 registry: country code, two check digits, and a BBAN of the country's
 // length and shape, mod 97 = 1. Case-insensitive, compact or in groups, digits of any script, invisible characters
 // anywhere. The IBAN must start a word and must not run on into more letters or digits.
-import { digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
+import { codePointBefore, digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
 import { ibanValid } from './checksums.js';
 import type { Redaction } from './detect.js';
 import { IBAN_REGISTRY } from './iban-registry.js';
@@ -32,11 +32,15 @@ const BBAN_PATTERNS = new Map<string, { length: number; pattern: RegExp; kinds: 
 const COUNTRY_INITIALS = new Set([...BBAN_PATTERNS.keys()].map((code) => code[0]));
 const MAX_IBAN_LENGTH = Math.max(...[...BBAN_PATTERNS.values()].map((p) => p.length));
 
-function symbols(text: string): Symbol[] {
+/**
+ * The letters and digits of `text` from `start` (at most `count` of them), each with what lies between it and the one
+ * before. The first symbol counts as after a break when reading starts at the beginning of the text.
+ */
+function symbols(text: string, start = 0, count = Infinity): Symbol[] {
   const out: Symbol[] = [];
   let separators = 0;
-  let broken = true;
-  for (let i = 0; i < text.length;) {
+  let broken = start === 0;
+  for (let i = start; i < text.length && out.length < count;) {
     const cp = text.codePointAt(i)!;
     const width = cp > 0xffff ? 2 : 1;
     const value = digitValue(cp);
@@ -72,15 +76,6 @@ function mayStart(stream: Symbol[], p: number): boolean {
   return startsWord(s) || !/[0-9]/.test(stream[p - 1]?.ch ?? '');
 }
 
-/** The code point that ends just before `at` (its width: 2 above U+FFFF, else 1). */
-function before(text: string, at: number): number {
-  const low = text.charCodeAt(at - 1);
-  if (low >= 0xdc00 && low <= 0xdfff && at >= 2) {
-    const high = text.charCodeAt(at - 2);
-    if (high >= 0xd800 && high <= 0xdbff) return text.codePointAt(at - 2)!;
-  }
-  return low;
-}
 const widthOf = (cp: number) => (cp > 0xffff ? 2 : 1);
 
 /**
@@ -94,7 +89,7 @@ function countryCodeBefore(text: string, runStart: number): string {
   let separators = 0;
   for (;;) {
     if (i === 0) return '';
-    const cp = before(text, i);
+    const cp = codePointBefore(text, i);
     if (isInvisible(cp)) i -= widthOf(cp);
     else if (isSeparator(cp) && ++separators <= MAX_SEPARATORS) i -= widthOf(cp);
     else break;
@@ -102,7 +97,7 @@ function countryCodeBefore(text: string, runStart: number): string {
   let code = '';
   for (;;) {
     if (i === 0) return '';
-    const cp = before(text, i);
+    const cp = codePointBefore(text, i);
     if (code.length === 1 && isInvisible(cp)) {
       i -= widthOf(cp);
       continue;
@@ -118,37 +113,10 @@ function countryCodeBefore(text: string, runStart: number): string {
   }
 }
 
-/** Reads up to `count` symbols from `start` (the first being a symbol), with what lies between them. */
-function symbolsFrom(text: string, start: number, count: number): Symbol[] {
-  const out: Symbol[] = [];
-  let separators = 0;
-  let broken = false;
-  for (let i = start; i < text.length && out.length < count;) {
-    const cp = text.codePointAt(i)!;
-    const width = cp > 0xffff ? 2 : 1;
-    const value = digitValue(cp);
-    const letter = value >= 0 ? '' : latinLetter(cp);
-    if (value >= 0 || letter) {
-      out.push({ ch: value >= 0 ? String(value) : letter, start: i, end: i + width, separatorsBefore: separators, breakBefore: broken });
-      separators = 0;
-      broken = false;
-    } else if (isInvisible(cp)) {
-      // seen through
-    } else if (isSeparator(cp)) {
-      separators++;
-    } else {
-      broken = true;
-      separators = 0;
-    }
-    i += width;
-  }
-  return out;
-}
-
 /** Whether an IBAN may begin at `start`: at a word start, or after letters, never right after a digit. */
 function mayStartAt(text: string, start: number): boolean {
   for (let i = start; i > 0;) {
-    const cp = before(text, i);
+    const cp = codePointBefore(text, i);
     if (isInvisible(cp)) i -= widthOf(cp);
     else return digitValue(cp) < 0;
   }
@@ -167,20 +135,20 @@ export function findIbans(text: string, scan: DigitScan = digitRuns(text)): Reda
     const registry = code ? BBAN_PATTERNS.get(code) : undefined;
     const start = codeStart;
     if (!registry || start < lastEnd || !mayStartAt(text, start)) continue;
-    const symbols = symbolsFrom(text, start, registry.length + 1);
+    const read = symbols(text, start, registry.length + 1);
     let value = '';
     let q = 0;
-    for (; q < symbols.length && value.length < registry.length; q++) {
-      const s = symbols[q]!;
+    for (; q < read.length && value.length < registry.length; q++) {
+      const s = read[q]!;
       if (q > 0 && (s.breakBefore || s.separatorsBefore > MAX_SEPARATORS)) break;
       value += s.ch;
     }
     if (value.length !== registry.length) continue;
-    const next = symbols[q];
+    const next = read[q];
     if (next && !startsWord(next)) continue;
     if (!/^[A-Z]{2}[0-9]{2}/.test(value) || !registry.pattern.test(value.slice(4)) || !ibanValid(value)) continue;
-    found.push({ type: 'IBAN', start, end: symbols[q - 1]!.end, value });
-    lastEnd = symbols[q - 1]!.end;
+    found.push({ type: 'IBAN', start, end: read[q - 1]!.end, value });
+    lastEnd = read[q - 1]!.end;
   }
   return found;
 }

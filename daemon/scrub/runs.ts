@@ -2,6 +2,7 @@
 // Candidates are then taken on group boundaries only, so a value is never a window inside a longer digit group
 // (timestamps, tracking numbers), while "4111 1111 1111 1111" and "1-0-1-2-…" are still one number.
 import {
+  codePointBefore,
   DIGIT_CLASS,
   digitValue,
   INVISIBLE_ABOVE_BMP_HINT,
@@ -157,15 +158,11 @@ function growGroups(): void {
 export function openRunStart(text: string): number {
   let i = text.length;
   let separators = 0;
-  const before = (at: number) => {
-    const low = text.charCodeAt(at - 1);
-    return low >= 0xdc00 && low <= 0xdfff && at >= 2 ? text.codePointAt(at - 2)! : low;
-  };
   // The Arabic decimal separator joins groups too (only right after a digit, but assuming it always does is safe).
   const joins = (cp: number) => isSeparator(cp) || cp === 0x066b;
   let start = text.length;
   while (i > 0) {
-    const cp = before(i);
+    const cp = codePointBefore(text, i);
     if (digitValue(cp) >= 0) {
       start = i - (cp > 0xffff ? 2 : 1);
       separators = 0;

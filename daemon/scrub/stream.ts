@@ -2,7 +2,7 @@
 // could still arrive can change how it is scrubbed; only the tail that might be the start of a value, or part of a
 // digit run that has not ended, is held back. The output, joined, is exactly what scrubbing the whole text at once
 // gives, wherever the pieces were cut.
-import { digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
+import { codePointBefore, digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
 import { openIbanStart } from './iban.js';
 import { openRunStart } from './runs.js';
 import { noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
@@ -21,16 +21,6 @@ const WINDOW_LIMIT = 64 * 1024;
 /** How far back from the passed point a place to drop the window is looked for. */
 const DROP_SEARCH = 256;
 
-/** The code point that ends just before `at`. */
-function before(text: string, at: number): number {
-  const low = text.charCodeAt(at - 1);
-  if (low >= 0xdc00 && low <= 0xdfff && at >= 2) {
-    const high = text.charCodeAt(at - 2);
-    if (high >= 0xd800 && high <= 0xdbff) return text.codePointAt(at - 2)!;
-  }
-  return low;
-}
-
 /**
  * Where a digit run that has not ended can be cut anyway, so that a long run (a table of numbers, a model repeating
  * itself) does not hold the whole answer: at the start of a group with at least KEPT_DIGITS digits after it, so any
@@ -42,7 +32,7 @@ function forcedCut(text: string, runStart: number): number {
   let lastGroup = 0;
   let inLastGroup = true;
   for (let i = text.length; i > runStart;) {
-    const cp = before(text, i);
+    const cp = codePointBefore(text, i);
     i -= cp > 0xffff ? 2 : 1;
     if (digitValue(cp) < 0) {
       if (!isInvisible(cp)) inLastGroup = false;
@@ -51,8 +41,8 @@ function forcedCut(text: string, runStart: number): number {
     digits++;
     if (inLastGroup) lastGroup++;
     let j = i;
-    while (j > runStart && isInvisible(before(text, j))) j -= before(text, j) > 0xffff ? 2 : 1;
-    const groupStart = j <= runStart || digitValue(before(text, j)) < 0;
+    while (j > runStart && isInvisible(codePointBefore(text, j))) j -= codePointBefore(text, j) > 0xffff ? 2 : 1;
+    const groupStart = j <= runStart || digitValue(codePointBefore(text, j)) < 0;
     if (groupStart && digits >= KEPT_DIGITS && !inLastGroup) return i;
     if (groupStart) inLastGroup = false;
   }
