@@ -128,17 +128,33 @@ class TpmTools {
   }
 }
 
-/** Creates a key under `parent`, loads it and makes it persistent at `handle` (its private part never leaves). */
-async function createPersistentKey(
+/**
+ * Creates a primary key in `hierarchy` persistent at `primaryHandle`, and under it a key persistent at `handle` (its
+ * private part never leaves the TPM); returns the key's public half as PEM.
+ */
+async function provisionKey(
   tools: TpmTools,
   work: string,
-  key: { parent: string; algorithm: string; attributes: string; handle: string },
-): Promise<void> {
-  const [pub, priv, ctx] = ['new.pub', 'new.priv', 'new.ctx'].map((f) => join(work, f)) as [string, string, string];
-  await tools.run('tpm2_create', ['-C', key.parent, '-G', key.algorithm, '-a', key.attributes, '-u', pub, '-r', priv]);
-  await tools.run('tpm2_load', ['-C', key.parent, '-u', pub, '-r', priv, '-c', ctx]);
+  key: { hierarchy: 'o' | 'e'; primaryHandle: string; algorithm: string; attributes: string; handle: string },
+): Promise<string> {
+  const [primary, pub, priv, ctx, pem] = ['primary.ctx', 'new.pub', 'new.priv', 'new.ctx', 'new.pem'].map((f) => join(work, f)) as [
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  await tools.run('tpm2_createprimary', ['-C', key.hierarchy, '-g', 'sha256', '-G', 'ecc256', '-c', primary]);
+  await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', primary, key.primaryHandle]);
+  await tools.flush();
+  await tools.run('tpm2_create', ['-C', key.primaryHandle, '-G', key.algorithm, '-a', key.attributes, '-u', pub, '-r', priv]);
+  await tools.run('tpm2_load', ['-C', key.primaryHandle, '-u', pub, '-r', priv, '-c', ctx]);
   await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', ctx, key.handle]);
-  for (const file of [pub, priv, ctx]) rmSync(file, { force: true });
+  await tools.flush();
+  await tools.run('tpm2_readpublic', ['-c', key.handle, '-f', 'pem', '-o', pem]);
+  const out = readFileSync(pem, 'utf8');
+  for (const file of [primary, pub, priv, ctx, pem]) rmSync(file, { force: true });
+  return out;
 }
 
 export class TpmSigner implements Signer {
@@ -249,39 +265,27 @@ export class TpmSigner implements Signer {
         progress(`evicting the key at ${handle}`);
         await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', handle]);
       }
-      progress('creating the primary key (owner hierarchy, ECC P-256)');
-      await tools.run('tpm2_createprimary', ['-C', 'o', '-g', 'sha256', '-G', 'ecc256', '-c', join(work, 'primary.ctx')]);
-      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'primary.ctx'), options.primaryHandle]);
-      await tools.flush();
-      progress('creating the signing key (P-256, ECDSA-SHA256, never leaves the TPM)');
-      await createPersistentKey(tools, work, {
-        parent: options.primaryHandle,
+      progress('creating the signing key (owner hierarchy, P-256, ECDSA-SHA256, never leaves the TPM)');
+      const publicKeyPem = await provisionKey(tools, work, {
+        hierarchy: 'o',
+        primaryHandle: options.primaryHandle,
         algorithm: 'ecc256:ecdsa-sha256',
         attributes: 'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|sign',
         handle: options.keyHandle,
       });
-      await tools.flush();
-      const pem = join(work, 'key.pem');
-      await tools.run('tpm2_readpublic', ['-c', options.keyHandle, '-f', 'pem', '-o', pem]);
       progress(`signing key persisted at ${options.keyHandle}`);
-
       // The attestation key lives in the endorsement hierarchy, whose quotes report the TPM's real clock and reset
       // counts (in the owner hierarchy they are obfuscated). Restricted: it signs only what the TPM itself made.
       progress('creating the attestation key (endorsement hierarchy, restricted, P-256)');
-      await tools.run('tpm2_createprimary', ['-C', 'e', '-g', 'sha256', '-G', 'ecc256', '-c', join(work, 'endorsement.ctx')]);
-      await tools.run('tpm2_evictcontrol', ['-C', 'o', '-c', join(work, 'endorsement.ctx'), options.endorsementPrimaryHandle]);
-      await tools.flush();
-      await createPersistentKey(tools, work, {
-        parent: options.endorsementPrimaryHandle,
+      const attestationKeyPem = await provisionKey(tools, work, {
+        hierarchy: 'e',
+        primaryHandle: options.endorsementPrimaryHandle,
         algorithm: 'ecc256:ecdsa-sha256:null',
         attributes: 'fixedtpm|fixedparent|sensitivedataorigin|userwithauth|restricted|sign',
         handle: options.attestationKeyHandle,
       });
-      await tools.flush();
-      const ak = join(work, 'ak.pem');
-      await tools.run('tpm2_readpublic', ['-c', options.attestationKeyHandle, '-f', 'pem', '-o', ak]);
       progress(`attestation key persisted at ${options.attestationKeyHandle}`);
-      return { publicKeyPem: readFileSync(pem, 'utf8'), attestationKeyPem: readFileSync(ak, 'utf8') };
+      return { publicKeyPem, attestationKeyPem };
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
