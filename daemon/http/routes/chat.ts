@@ -313,7 +313,12 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         start();
         if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
         if (scrubFailure) throw scrubFailure;
-        const toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
+        let toolCalls: ChatResult['toolCalls'];
+        try {
+          toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
+        } catch (err) {
+          throw (scrubFailure = err instanceof Error ? err : new Error(String(err)));
+        }
         if (toolCalls.length) {
           chunk([
             {
