@@ -111,8 +111,14 @@ class TpmTools {
         reject: false,
         stripFinalNewline: true,
       });
+      if ((result.cause as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
+        throw new Error(`${tool} is not installed (install tpm2-tools)`);
+      }
       if (result.exitCode !== 0) {
-        const detail = (result.stderr || result.stdout || String(result.exitCode)).split('\n').slice(-3).join(' ');
+        const detail = (result.stderr || result.stdout || result.shortMessage || String(result.exitCode)).split('\n').slice(-3).join(' ');
+        if (/Could not load tcti|Failed to instantiate TCTI/.test(detail)) {
+          throw new Error(`cannot reach the TPM through '${this.tcti}' (is the device there, and the TCTI library for it installed?)`);
+        }
         throw new Error(`${tool} failed: ${detail}`);
       }
       return result.stdout;
