@@ -1,12 +1,19 @@
 // The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
-// leaves), the log's stored subtrees against a tree built from the leaves, and the offline verifier's own
-// implementation of RFC 9162 verification against the daemon's (the two must agree, they are separate code).
+// leaves), its proofs through the offline verifier's RFC 9162 checks, and the log's stored subtrees against a tree
+// built from the leaves.
 import t from 'tap';
 import { AuditLog, canonicalJson, merkle } from '../daemon/audit/index.js';
 import { openStore } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
 
-const { leafHash, inclusionProof, consistencyProof, verifyConsistency, verifyInclusion, treeHead, subtreesOf, EMPTY_ROOT } = merkle;
+const { leafHash, inclusionProof, consistencyProof, treeHead, subtreesOf, EMPTY_ROOT } = merkle;
+type Hash = Buffer;
+// Proofs are checked with the offline verifier's own code (plain JavaScript with no types: imported by URL), the code
+// an operator runs against what the daemon produces.
+const { verifyInclusion, verifyConsistency } = (await import(new URL('../tools/verify-anchors.mjs', import.meta.url).href)) as {
+  verifyInclusion: (leaf: Hash, index: number, size: number, proof: Hash[], root: Hash) => boolean;
+  verifyConsistency: (m: number, n: number, firstRoot: Hash, secondRoot: Hash, proof: Hash[]) => boolean;
+};
 
 const hex = (h: Buffer) => h.toString('hex');
 const unhex = (s: string) => Buffer.from(s, 'hex');
@@ -141,26 +148,6 @@ t.test('the log in lmdb: stored subtrees give the same heads and proofs, durably
   t.equal(log.entry(3)!.toString(), '{"n":3,"nested":{"a":[1,"x"],"b":2},"text":"call 3"}', 'entries are canonical JSON (keys sorted)');
   t.throws(() => log.root(38), /has 37 entries/);
   await store.close();
-});
-
-t.test('the offline verifier (tools/verify-anchors.mjs) agrees with the daemon on every proof', async (t) => {
-  // The tool is plain JavaScript with no types: imported by URL.
-  const tool = (await import(new URL('../tools/verify-anchors.mjs', import.meta.url).href)) as {
-    verifyInclusion: typeof verifyInclusion;
-    verifyConsistency: typeof verifyConsistency;
-  };
-  const leaves = Array.from({ length: 21 }, (_, i) => leafHash(Buffer.from(`e${i}`)));
-  const subtree = subtreesOf(leaves);
-  for (let n = 1; n <= 21; n++) {
-    const root = treeHead(subtree, n);
-    for (let i = 0; i < n; i++)
-      if (!tool.verifyInclusion(leaves[i], i, n, inclusionProof(subtree, i, n), root)) t.fail(`inclusion ${i}/${n}`);
-    for (let m = 0; m <= n; m++) {
-      if (!tool.verifyConsistency(m, n, treeHead(subtree, m), root, consistencyProof(subtree, m, n))) t.fail(`consistency ${m} → ${n}`);
-    }
-  }
-  for (const [m, n, proof] of CONSISTENCY) t.ok(tool.verifyConsistency(m, n, unhex(ROOTS[m - 1]), unhex(ROOTS[n - 1]), proof.map(unhex)));
-  t.notOk(tool.verifyConsistency(6, 8, unhex(ROOTS[4]), unhex(ROOTS[7]), CONSISTENCY[1][2].map(unhex)), 'a wrong old root fails');
 });
 
 t.test('a failed write stops the log without a hole; a hole left on disk is cut off at the next start', async (t) => {

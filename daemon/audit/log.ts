@@ -20,7 +20,6 @@ export class AuditLog {
   private durable: number;
   /** Right edge of the tree: the complete subtree at each level still waiting for its right sibling. */
   private readonly pending = new Map<number, Hash>();
-  private readonly waiters = new Set<() => void>();
   /** Resolves when every append so far is durable; rejects if one failed. Appends chain on it, in order. */
   private tail: Promise<void> = Promise.resolve();
   /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
@@ -73,7 +72,6 @@ export class AuditLog {
       throw err;
     }
     this.durable = index + 1;
-    for (const wake of this.waiters) wake();
     return index;
   }
 
@@ -104,21 +102,6 @@ export class AuditLog {
         this.nodes.removeSync(key);
     }
     return size;
-  }
-
-  /** Resolves when the log has grown past `size` (or immediately if it has). */
-  grown(size: number, signal?: AbortSignal): Promise<void> {
-    if (this.durable > size) return Promise.resolve();
-    return new Promise((resolve) => {
-      const wake = () => {
-        if (this.durable > size || signal?.aborted) {
-          this.waiters.delete(wake);
-          resolve();
-        }
-      };
-      this.waiters.add(wake);
-      signal?.addEventListener('abort', wake, { once: true });
-    });
   }
 
   /** The entry's canonical JSON bytes, or undefined. */

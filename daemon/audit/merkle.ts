@@ -1,6 +1,7 @@
-// RFC 6962 / RFC 9162 Merkle trees: leaf and interior hashing, tree heads, inclusion and consistency proofs, and
-// their verification. Proof generation works over any source of complete-subtree hashes, so the log can answer from
-// the subtrees it stores (O(log n) lookups) and tests can answer from a plain list of leaves.
+// RFC 6962 / RFC 9162 Merkle trees: leaf and interior hashing, tree heads, inclusion and consistency proofs. Proofs
+// are verified by tools/verify-anchors.mjs, the one verifier an operator runs (the tests use it too). Generation works
+// over any source of complete-subtree hashes, so the log answers from the subtrees it stores (O(log n) lookups) and
+// tests from a plain list of leaves.
 import { createHash } from 'node:crypto';
 
 export type Hash = Buffer;
@@ -62,68 +63,6 @@ export function consistencyProof(subtree: SubtreeHash, m: number, n: number): Ha
       : [...subproof(m - k, start + k, n - k, false), rangeHash(subtree, start, k)];
   };
   return subproof(m, 0, n, true);
-}
-
-/** RFC 9162 §2.1.3.2. */
-export function verifyInclusion(leaf: Hash, index: number, size: number, proof: Hash[], root: Hash): boolean {
-  if (!Number.isSafeInteger(index) || !Number.isSafeInteger(size) || index < 0 || index >= size) return false;
-  if (leaf.length !== 32 || root.length !== 32) return false;
-  let fn = index;
-  let sn = size - 1;
-  let r = leaf;
-  for (const p of proof) {
-    if (p.length !== 32 || sn === 0) return false;
-    if (fn % 2 === 1 || fn === sn) {
-      r = nodeHash(p, r);
-      if (fn % 2 === 0) {
-        while (fn % 2 === 0 && fn !== 0) {
-          fn = Math.floor(fn / 2);
-          sn = Math.floor(sn / 2);
-        }
-      }
-    } else {
-      r = nodeHash(r, p);
-    }
-    fn = Math.floor(fn / 2);
-    sn = Math.floor(sn / 2);
-  }
-  return sn === 0 && r.equals(root);
-}
-
-/** RFC 9162 §2.1.4.2. */
-export function verifyConsistency(m: number, n: number, firstRoot: Hash, secondRoot: Hash, proof: Hash[]): boolean {
-  if (!Number.isSafeInteger(m) || !Number.isSafeInteger(n) || m < 0 || m > n) return false;
-  if (firstRoot.length !== 32 || secondRoot.length !== 32) return false;
-  if (m === n) return proof.length === 0 && firstRoot.equals(secondRoot);
-  if (m === 0) return proof.length === 0 && firstRoot.equals(EMPTY_ROOT);
-  if (!proof.length || proof.some((p) => p.length !== 32)) return false;
-  const path = (m & (m - 1)) === 0 ? [firstRoot, ...proof] : [...proof];
-  let fn = m - 1;
-  let sn = n - 1;
-  while (fn % 2 === 1) {
-    fn = Math.floor(fn / 2);
-    sn = Math.floor(sn / 2);
-  }
-  let fr = path[0]!;
-  let sr = path[0]!;
-  for (const c of path.slice(1)) {
-    if (sn === 0) return false;
-    if (fn % 2 === 1 || fn === sn) {
-      fr = nodeHash(c, fr);
-      sr = nodeHash(c, sr);
-      if (fn % 2 === 0) {
-        while (fn % 2 === 0 && fn !== 0) {
-          fn = Math.floor(fn / 2);
-          sn = Math.floor(sn / 2);
-        }
-      }
-    } else {
-      sr = nodeHash(sr, c);
-    }
-    fn = Math.floor(fn / 2);
-    sn = Math.floor(sn / 2);
-  }
-  return sn === 0 && fr.equals(firstRoot) && sr.equals(secondRoot);
 }
 
 /** Complete-subtree hashes computed from a list of leaf hashes (for tests and for verifying an export). */

@@ -122,11 +122,6 @@ export class StreamScrubber {
     return this.largestHold;
   }
 
-  /** Values replaced in this stream, by type. */
-  counts(): RedactionCounts {
-    return { ...this.tally };
-  }
-
   /** The window's length, less a high surrogate at its end whose other half has not arrived. */
   private wholeCharacters(): number {
     const last = this.window.charCodeAt(this.window.length - 1);
