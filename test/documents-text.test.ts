@@ -1,7 +1,7 @@
 // The retrieval building blocks on their own: Arabic normal form and index terms, sentence-aware chunking with
 // overlap, and BM25 ranking (including what a removed chunk leaves behind).
 import t from 'tap';
-import { Bm25Index, topK } from '../daemon/documents/bm25.js';
+import { Bm25Index, bestOf } from '../daemon/documents/bm25.js';
 import { chunkText } from '../daemon/documents/chunk.js';
 import { languageOf, normalizeForSearch, terms } from '../daemon/documents/text.js';
 
@@ -87,7 +87,7 @@ t.test('BM25 over many chunks: removals compact, top k without sorting everythin
     [3, 2],
     [4, 3],
   ]);
-  t.same(topK(scores, 3), [
+  t.same(bestOf(scores, 3), [
     { id: 2, score: 3 },
     { id: 4, score: 3 },
     { id: 3, score: 2 },

@@ -110,7 +110,10 @@ t.test('ingest, find, isolate, delete: and nothing planted reaches the disk', as
   }
   const scrubbedQuery = await call('POST', '/documents/query', acme.secret, { knowledge_base: 'policies', query: `who has ID ${nid}?` });
   t.equal(scrubbedQuery.json.query, 'who has ID [NATIONAL_ID]?', 'the query is scrubbed too');
-  t.equal((await call('POST', '/documents/query', acme.secret, { knowledge_base: 'policies', query: 'x', model: 'm' })).status, 400);
+  const unknownModel = await call('POST', '/documents/query', acme.secret, { knowledge_base: 'policies', query: 'x', model: 'm' });
+  t.equal(unknownModel.status, 404, 'a query naming a chat model that is not served is refused');
+  t.match(unknownModel.json.error, { code: 'model_not_found', param: 'model' });
+  t.equal(scrubbedQuery.json.answer, null, 'with no chat model served, the ranked passages alone');
 
   // Another project sees nothing and can do nothing.
   t.same((await call('GET', '/documents', globex.secret)).json.data, []);

@@ -36,7 +36,12 @@ export interface Config {
     threads: number;
   };
   scrub: { output: boolean };
-  documents: { maxChunksPerDocument: number; maxDocumentsPerKnowledgeBase: number };
+  documents: {
+    maxChunksPerDocument: number;
+    maxDocumentsPerKnowledgeBase: number;
+    maxUploadBytes: number;
+    embeddingModel: string | null;
+  };
   audit: {
     signer: 'tpm' | 'software';
     tcti: string;
@@ -132,6 +137,12 @@ export const configSchema = {
       properties: {
         maxChunksPerDocument: positiveInt('Chunks one document may make; a longer one gets 413.', 1, 1_000_000),
         maxDocumentsPerKnowledgeBase: positiveInt('Documents one knowledge base may hold; the next gets 400.', 1, 10_000_000),
+        maxUploadBytes: positiveInt('Bytes of one uploaded file (multipart); a larger one gets 413.', 1024, 1024 ** 3),
+        embeddingModel: {
+          type: ['string', 'null'],
+          minLength: 1,
+          description: 'The embeddings model that indexes documents; null: the first one served, if any.',
+        },
       },
     },
     audit: {

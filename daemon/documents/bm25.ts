@@ -70,7 +70,7 @@ export class Bm25Index {
         scores.set(id, (scores.get(id) ?? 0) + (idf * tf * (K1 + 1)) / (tf + K1 * (1 - B + (B * length) / average)));
       }
     }
-    return topK(scores, k);
+    return bestOf(scores, k);
   }
 
   private compact(): void {
@@ -91,7 +91,7 @@ export class Bm25Index {
 }
 
 /** The k best of many scores without sorting them all (k is small; the scores may be a hundred thousand). */
-export function topK(scores: Map<number, number>, k: number): Scored[] {
+export function bestOf(scores: Map<number, number>, k: number): Scored[] {
   const best: Scored[] = [];
   for (const [id, score] of scores) {
     if (best.length === k && score <= best[k - 1]!.score) continue;

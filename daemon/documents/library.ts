@@ -1,12 +1,14 @@
 // Knowledge bases and their documents, stored in lmdb, already scrubbed (the HTTP layer scrubs before a document
 // gets here, and nothing else is ever written). Each knowledge base belongs to one project. Chunks are indexed for
-// lexical retrieval (BM25), built per knowledge base from the stored chunks on first use after a start.
+// lexical retrieval (BM25, built per knowledge base from the stored chunks on first use after a start) and, when an
+// embeddings model is served, for vector retrieval (vectors.ts); a query uses both and fuses the two rankings.
 import { randomBytes } from 'node:crypto';
 import type { Database } from 'lmdb';
 import type { RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
-import { Bm25Index } from './bm25.js';
+import { Bm25Index, bestOf } from './bm25.js';
 import { chunkText, DEFAULT_CHUNKING } from './chunk.js';
+import { VectorIndexes, type ChunkText, type Embedder, type VectorLog } from './vectors.js';
 
 export interface DocumentRecord {
   id: string;
@@ -40,6 +42,22 @@ export interface LibraryLimits {
   documentsPerKnowledgeBase: number;
 }
 
+export interface LibraryOptions extends LibraryLimits {
+  /** Where the vector graphs are saved (a cache of the vectors stored in lmdb). */
+  vectorsDir: string;
+  log: VectorLog;
+}
+
+export interface SearchResult {
+  retrieval: 'lexical' | 'hybrid';
+  hits: Hit[];
+}
+
+/** Reciprocal rank fusion's constant: large enough that the first few ranks of either list weigh about the same. */
+const RRF_K = 60;
+/** Candidates taken from each ranking before fusing, as a multiple of the hits asked for. */
+const CANDIDATES_PER_HIT = 4;
+
 /** A request the library refuses, with the HTTP status it means (400 or 413) and what to do. */
 export class LibraryError extends Error {
   constructor(
@@ -57,6 +75,7 @@ export class DocumentLibrary {
   private readonly documents: Database<DocumentRecord, string>;
   private readonly chunks: Database<ChunkRecord, number>;
   private readonly meta: Database<number, string>;
+  private readonly vectors: VectorIndexes;
   /** BM25 per knowledge base, built on first use. */
   private readonly indexes = new Map<string, Bm25Index>();
   /** The next chunk id, taken synchronously so that concurrent ingestions never share one. */
@@ -64,12 +83,23 @@ export class DocumentLibrary {
 
   constructor(
     store: Store,
-    private readonly limits: LibraryLimits,
+    private readonly limits: LibraryOptions,
   ) {
     this.documents = store.db<DocumentRecord>('documents');
     this.chunks = store.db<ChunkRecord, number>('document-chunks');
     this.meta = store.db<number>('documents-meta');
     this.nextChunk = this.meta.get('next-chunk') ?? 0;
+    this.vectors = new VectorIndexes(store, limits.vectorsDir, (kb) => this.liveChunks(kb), limits.log);
+  }
+
+  /** Loads every saved vector graph, rebuilding damaged ones from the stored vectors: at boot. */
+  open(): Promise<void> {
+    return this.vectors.openAll();
+  }
+
+  /** Saves vector graphs with unsaved changes. */
+  close(): Promise<void> {
+    return this.vectors.close();
   }
 
   /** Chunks and stores a scrubbed document; returns its record. */
@@ -82,6 +112,8 @@ export class DocumentLibrary {
       metadata: Record<string, unknown> | null;
       redactions: RedactionCounts;
     },
+    embedder: Embedder | null = null,
+    signal?: AbortSignal,
   ): Promise<DocumentRecord> {
     const texts = chunkText(input.content, DEFAULT_CHUNKING);
     if (!texts.length) throw new LibraryError(400, 'The document has no text to index.', 'content');
@@ -99,11 +131,24 @@ export class DocumentLibrary {
         'knowledge_base',
       );
     }
+    const id = `doc_${randomBytes(12).toString('hex')}`;
+    const kb = kbKey(project, input.knowledgeBase);
+    // Embedded before anything is stored, so a document is committed with its vectors or not at all.
+    let vectors: Float32Array[] | null = null;
+    if (embedder) {
+      await this.vectors.prepare(kb, embedder, signal);
+      vectors = await this.vectors.embed(
+        texts.map((text, i) => ({ id: i, text })),
+        embedder,
+        id,
+        signal,
+      );
+    }
     const first = this.nextChunk;
     this.nextChunk += texts.length;
     const chunkIds = texts.map((_, i) => first + i);
     const record: DocumentRecord = {
-      id: `doc_${randomBytes(12).toString('hex')}`,
+      id,
       project,
       knowledgeBase: input.knowledgeBase,
       filename: input.filename,
@@ -116,10 +161,13 @@ export class DocumentLibrary {
     await this.documents.transaction(() => {
       void this.meta.put('next-chunk', this.nextChunk);
       texts.forEach((text, index) => void this.chunks.put(chunkIds[index]!, { document: record.id, index, text }));
+      if (vectors) this.vectors.putInTransaction(chunkIds, vectors);
       void this.documents.put(record.id, record);
     });
-    const index = this.indexes.get(kbKey(project, input.knowledgeBase));
+    const index = this.indexes.get(kb);
     texts.forEach((text, i) => index?.add(chunkIds[i]!, text));
+    if (vectors) await this.vectors.insert(kb, chunkIds, vectors);
+    else if (this.vectors.modelOf(kb)) await this.vectors.markIncomplete(kb);
     return record;
   }
 
@@ -144,24 +192,62 @@ export class DocumentLibrary {
     if (!record) return false;
     await this.documents.transaction(() => {
       for (const chunkId of record.chunkIds) void this.chunks.remove(chunkId);
+      this.vectors.dropInTransaction(record.chunkIds);
       void this.documents.remove(id);
     });
-    const index = this.indexes.get(kbKey(project, record.knowledgeBase));
+    const kb = kbKey(project, record.knowledgeBase);
+    const index = this.indexes.get(kb);
     for (const chunkId of record.chunkIds) index?.remove(chunkId);
+    await this.vectors.forget(kb, record.chunkIds);
     return true;
   }
 
-  /** The best chunks of the knowledge base for the (scrubbed) query. */
-  search(project: string, knowledgeBase: string, query: string, topK: number): Hit[] {
-    const index = this.indexFor(project, knowledgeBase);
+  /**
+   * The best chunks of the knowledge base for the (scrubbed) query: BM25 alone, or fused by reciprocal rank with
+   * the nearest vectors when an embeddings model is served and the knowledge base holds its vectors.
+   */
+  async search(
+    project: string,
+    knowledgeBase: string,
+    query: string,
+    topK: number,
+    embedder: Embedder | null = null,
+    signal?: AbortSignal,
+  ): Promise<SearchResult> {
+    const kb = kbKey(project, knowledgeBase);
+    const candidates = Math.max(topK * CANDIDATES_PER_HIT, 20);
+    const lexical = this.indexFor(project, knowledgeBase).search(query, candidates);
+    const nearest = embedder ? await this.vectors.search(kb, embedder, query, candidates, signal) : null;
+    if (!nearest) return { retrieval: 'lexical', hits: this.hitsOf(lexical.slice(0, topK)) };
+    const fused = new Map<number, number>();
+    for (const ranking of [lexical, nearest]) {
+      ranking.forEach(({ id }, rank) => fused.set(id, (fused.get(id) ?? 0) + 1 / (RRF_K + rank + 1)));
+    }
+    return { retrieval: 'hybrid', hits: this.hitsOf(bestOf(fused, topK)) };
+  }
+
+  private hitsOf(scored: Array<{ id: number; score: number }>): Hit[] {
     const hits: Hit[] = [];
-    for (const { id, score } of index.search(query, topK)) {
+    for (const { id, score } of scored) {
       const chunk = this.chunks.get(id);
       if (!chunk) continue;
       const document = this.documents.get(chunk.document);
       hits.push({ documentId: chunk.document, filename: document?.filename ?? null, chunk: chunk.index, score, text: chunk.text });
     }
     return hits;
+  }
+
+  /** Every chunk of a knowledge base (its key: project and name), for building its vector graph. */
+  private liveChunks(kb: string): ChunkText[] {
+    const [project, knowledgeBase] = kb.split('\u0000') as [string, string];
+    const out: ChunkText[] = [];
+    for (const document of this.list(project, knowledgeBase)) {
+      for (const id of document.chunkIds) {
+        const chunk = this.chunks.get(id);
+        if (chunk) out.push({ id, text: chunk.text });
+      }
+    }
+    return out;
   }
 
   private indexFor(project: string, knowledgeBase: string): Bm25Index {

@@ -75,8 +75,13 @@ export interface EmbeddingResult {
   promptTokens: number;
 }
 
+export interface EmbedOptions {
+  /** Embed only the first tokens of an input longer than the model takes, instead of refusing it. */
+  truncate?: boolean;
+}
+
 export interface EmbeddingEngine {
-  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult>;
+  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, options?: EmbedOptions): Promise<EmbeddingResult>;
   /** Output width of the model, and whether `dimensions` may shorten it. */
   dimensions(modelId: string): { size: number; shortenable: boolean };
   queueState?(modelId: string): QueueState | undefined;

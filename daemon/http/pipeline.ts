@@ -154,24 +154,31 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       hook: 'preHandler',
       async run(request) {
         const scrub = declarationOf(request)?.scrub;
-        if (!scrub) return;
-        const session = new ScrubSession();
-        try {
-          scrub(request.body, session);
-        } catch (err) {
-          // Fail closed: a text that could not be checked must not reach a model.
-          request.log.error({ err: (err as Error).message }, 'scrubbing failed');
-          throw new ApiError(
-            'internal_error',
-            'Personal-data scrubbing failed, so nothing was sent to the model. Retry; if it persists, report the X-Request-Id.',
-          );
-        }
-        request.call.redactions = session.counts();
-        request.call.scrubSession = session;
+        if (scrub && request.body !== undefined) scrubRequest(request, scrub, request.body);
       },
     },
   ];
   return stages.filter((s): s is Stage => s !== false);
+}
+
+/**
+ * Stage 7's work, also for a handler whose texts only exist once it has read them (a multipart upload): replaces
+ * personal data in `body` in place and records the session and counts on the call.
+ */
+export function scrubRequest(request: FastifyRequest, scrub: NonNullable<RouteDeclaration['scrub']>, body: unknown): void {
+  const session = new ScrubSession();
+  try {
+    scrub(body, session);
+  } catch (err) {
+    // Fail closed: a text that could not be checked must not reach a model.
+    request.log.error({ err: (err as Error).message }, 'scrubbing failed');
+    throw new ApiError(
+      'internal_error',
+      'Personal-data scrubbing failed, so nothing was sent to the model. Retry; if it persists, report the X-Request-Id.',
+    );
+  }
+  request.call.redactions = session.counts();
+  request.call.scrubSession = session;
 }
 
 export function registerStages(app: FastifyInstance, stages: Stage[]): void {

@@ -1,6 +1,7 @@
 // The composition root: opens the stores, builds the engines' registry and the HTTP app, listens, and drains on
 // close. Everything a running daemon holds is created here and released by close().
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
 import { EngineRegistry } from '../engines/index.js';
@@ -65,12 +66,15 @@ export async function startDaemon(
     engines,
     state,
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
-    documents: new DocumentLibrary(store, {
-      chunksPerDocument: config.documents.maxChunksPerDocument,
-      documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
-    }),
   };
   const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
+  const documents = new DocumentLibrary(store, {
+    chunksPerDocument: config.documents.maxChunksPerDocument,
+    documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
+    vectorsDir: join(config.dataDir, 'vectors'),
+    log: app.log,
+  });
+  deps.documents = documents;
 
   let audit: AuditService | undefined;
   try {
@@ -93,6 +97,8 @@ export async function startDaemon(
   app.log.info({ posture: config.posture, region: config.region, url, dataDir: config.dataDir }, 'sovereign is serving');
   // Models verify and load after the server listens: health and 503 model_not_ready tell clients while they do.
   const models = startModels({ config, manifest, store, catalog, engines, log: app.log });
+  // Saved vector graphs are checked (and damaged ones rebuilt) in the background; a query waits for its own.
+  const documentsOpened = documents.open().catch((err: Error) => app.log.error({ err: err.message }, 'could not open the vector indexes'));
 
   let closing: Promise<{ drained: boolean }> | undefined;
   return {
@@ -118,6 +124,8 @@ export async function startDaemon(
           await closed;
         }
         await models.dispose();
+        await documentsOpened;
+        await documents.close();
         // A last checkpoint covering every call answered.
         await audit.close();
         await store.close();

@@ -19,7 +19,16 @@ import {
 } from 'node-llama-cpp';
 import { ApiError } from '../../errors/index.js';
 import { servingContextOf, type ManifestEntry } from '../../models/index.js';
-import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, EmbeddingEngine, EmbeddingResult, ToolCall } from '../index.js';
+import type {
+  ChatCallOptions,
+  ChatEngine,
+  ChatRequest,
+  ChatResult,
+  EmbeddingEngine,
+  EmbeddingResult,
+  EmbedOptions,
+  ToolCall,
+} from '../index.js';
 import { Slots } from '../slots.js';
 import { toHistory } from './history.js';
 
@@ -281,7 +290,12 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     return this.jsonSchemaGrammar(options.length === 1 ? options[0]! : { oneOf: options }, 'tools');
   }
 
-  async embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult> {
+  async embed(
+    modelId: string,
+    inputs: Array<string | number[]>,
+    signal: AbortSignal,
+    options: EmbedOptions = {},
+  ): Promise<EmbeddingResult> {
     const host = this.host(modelId, 'embeddings');
     const release = await host.slots.acquire(signal);
     try {
@@ -290,7 +304,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
       let promptTokens = 0;
       for (const [i, input] of inputs.entries()) {
         if (signal.aborted) throw signal.reason as Error;
-        const tokens = typeof input === 'string' ? host.model.tokenize(input) : input;
+        let tokens = typeof input === 'string' ? host.model.tokenize(input) : input;
         if (typeof input !== 'string') {
           const bad = input.find((t) => t >= vocabulary);
           if (bad !== undefined)
@@ -302,6 +316,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           throw new ApiError('invalid_request_error', `input[${i}] is empty. Send at least one character or token.`, { param: 'input' });
         }
         // llama.cpp adds the model's begin and end tokens to every input, and needs them inside the context.
+        if (tokens.length + 2 >= host.contextSize && options.truncate) tokens = tokens.slice(0, host.contextSize - 3);
         if (tokens.length + 2 >= host.contextSize) {
           throw new ApiError(
             'invalid_request_error',

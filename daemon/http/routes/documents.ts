@@ -1,13 +1,17 @@
-// /v1/documents: ingest text into a project's knowledge base (scrubbed by the pipeline's scrub stage before this
-// handler sees it: content, filename and every string in metadata), list, read and delete documents, and query a
-// knowledge base. Retrieval is lexical (BM25 over Arabic- and English-normalised terms) for now; answers from a chat
-// model and vector retrieval are not built yet (see docs/documents.md).
-import type { FastifyInstance } from 'fastify';
-import { DocumentLibrary, LibraryError, type DocumentRecord } from '../../documents/index.js';
+// /v1/documents: ingest a document into a project's knowledge base (JSON text, or a multipart upload whose text is
+// extracted first; scrubbed before anything else sees it: content, filename and every string in metadata), list,
+// read and delete documents, and query a knowledge base: lexical and vector retrieval fused, then an answer from a
+// chat model that cites the passages, in the question's language (docs/documents.md).
+import { Ajv } from 'ajv';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { answerPrompt, DocumentLibrary, LibraryError, type DocumentRecord, type Embedder } from '../../documents/index.js';
 import { ApiError } from '../../errors/index.js';
-import type { ScrubSession } from '../../scrub/index.js';
+import type { ServedModel } from '../../models/index.js';
+import { noRedactions, ScrubSession } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
-import type { PipelineDeps } from '../pipeline.js';
+import { abortOnDisconnect } from '../lifetime.js';
+import { scrubRequest, type PipelineDeps } from '../pipeline.js';
+import { acceptUploads, readUpload } from './document-upload.js';
 
 interface IngestBody {
   knowledge_base: string;
@@ -21,6 +25,7 @@ interface QueryBody {
   query: string;
   model?: string;
   top_k?: number;
+  max_tokens?: number;
 }
 
 const knowledgeBase = {
@@ -50,6 +55,7 @@ const queryBody = {
     query: { type: 'string', minLength: 1, maxLength: 8192 },
     model: { type: 'string', minLength: 1 },
     top_k: { type: 'integer', minimum: 1, maximum: 50 },
+    max_tokens: { type: 'integer', minimum: 1, maximum: 8192 },
   },
 } as const;
 
@@ -103,32 +109,118 @@ function libraryError(err: unknown): never {
   throw err;
 }
 
+/**
+ * The embeddings model that indexes documents: the configured one (whose absence or loading is the caller's 404/503),
+ * or the first one served and ready; null when there is none (lexical retrieval only).
+ */
+function documentEmbedder(deps: PipelineDeps): Embedder | null {
+  const configured = deps.config.documents.embeddingModel;
+  const model = configured
+    ? deps.catalog.resolve(configured, 'embeddings')
+    : deps.catalog.listed().find((m) => m.capability === 'embeddings' && m.readiness === 'ready');
+  const engine = model && deps.engines.embeddings(model.id);
+  if (!model || !engine) return null;
+  return {
+    model: model.id,
+    async embed(texts, signal) {
+      const result = await engine.embed(model.id, texts, signal ?? new AbortController().signal, { truncate: true });
+      return result.vectors;
+    },
+  };
+}
+
+/** The chat model that answers a query: the one it names, else the first chat model served and ready, else none. */
+function answeringModel(deps: PipelineDeps, named: string | undefined): ServedModel | null {
+  if (named !== undefined) return deps.catalog.resolve(named, 'chat');
+  return deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && deps.engines.chat(m.id)) ?? null;
+}
+
+const ANSWER_TOKENS = 512;
+
+const validateIngest = new Ajv({ allErrors: false }).compile(ingestBody);
+
+/** Checks an ingestion body against the schema; a failure is reported exactly as fastify's own validation is. */
+function checkIngest(body: unknown): void {
+  if (validateIngest(body)) return;
+  throw Object.assign(new Error('body failed validation'), {
+    statusCode: 400,
+    validation: validateIngest.errors,
+    validationContext: 'body',
+  });
+}
+
+/** A multipart upload's fields and extracted text, checked like the JSON form and scrubbed as stage 7 would. */
+async function uploadedDocument(request: FastifyRequest, deps: PipelineDeps): Promise<IngestBody> {
+  const upload = await readUpload(request, deps.config.documents.maxUploadBytes);
+  let metadata: unknown;
+  if (upload.fields.metadata !== undefined) {
+    try {
+      metadata = JSON.parse(upload.fields.metadata);
+    } catch {
+      throw new ApiError('invalid_request_error', 'metadata must be a JSON object, sent as a string field.', { param: 'metadata' });
+    }
+  }
+  const filename = upload.fields.filename ?? upload.filename;
+  const body: IngestBody = {
+    knowledge_base: upload.fields.knowledge_base as string,
+    content: upload.text,
+    ...(filename ? { filename } : {}),
+    ...(metadata !== undefined ? { metadata: metadata as Record<string, unknown> } : {}),
+  };
+  if (!body.content.trim()) throw new ApiError('invalid_request_error', 'The file has no text to index.', { param: 'file' });
+  checkIngest(body);
+  scrubRequest(request, scrubDocument, body);
+  return body;
+}
+
 export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
   const library = (): DocumentLibrary => {
     if (!deps.documents) throw new ApiError('operation_unavailable', 'This server keeps no documents.');
     return deps.documents;
   };
   const ingest: RouteDeclaration = { auth: true, scrub: scrubDocument };
-  const query: RouteDeclaration = { auth: true, scrub: scrubQuery };
+  // On metered postures the answer's tokens count like a chat call's: the question and the longest answer are
+  // reserved up front, and the call settles at what the model really used, passages included (nothing when no model
+  // answers). The passages are not reserved: how many fit is only known once they are retrieved.
+  const query: RouteDeclaration = {
+    auth: true,
+    scrub: scrubQuery,
+    tokens: (raw) => Buffer.byteLength((raw as QueryBody).query) + ((raw as QueryBody).max_tokens ?? ANSWER_TOKENS),
+  };
   const authenticated: RouteDeclaration = { auth: true };
 
-  v1.post<{ Body: IngestBody }>('/documents', { schema: { body: ingestBody }, config: { declaration: ingest } }, async (request, reply) => {
-    const body = request.body;
-    try {
-      const record = await library().add(request.call.principal!.projectId, {
-        knowledgeBase: body.knowledge_base,
-        content: body.content,
-        filename: body.filename ?? null,
-        metadata: body.metadata ?? null,
-        redactions: request.call.redactions!,
-      });
-      request.log.info({ document: record.id, chunks: record.chunkIds.length }, 'document ingested');
-      return reply.code(201).send(documentObject(record));
-    } catch (err) {
-      libraryError(err);
-    }
+  // Multipart is accepted on this route only; the body schema applies to the JSON form, and an upload is checked
+  // against the same schema once its text is extracted.
+  void v1.register(async (scope) => {
+    await acceptUploads(scope, deps.config.documents.maxUploadBytes);
+    // Before the scrub stage (preHandler), which must only ever see a body of the right shape.
+    scope.addHook('preValidation', async (request) => {
+      if (!request.isMultipart()) checkIngest(request.body);
+    });
+    scope.post('/documents', { config: { declaration: ingest } }, async (request, reply) => {
+      const body = request.isMultipart() ? await uploadedDocument(request, deps) : (request.body as IngestBody);
+      const signal = abortOnDisconnect(request, reply);
+      try {
+        const started = Date.now();
+        const record = await library().add(
+          request.call.principal!.projectId,
+          {
+            knowledgeBase: body.knowledge_base,
+            content: body.content,
+            filename: body.filename ?? null,
+            metadata: body.metadata ?? null,
+            redactions: request.call.redactions ?? noRedactions(),
+          },
+          documentEmbedder(deps),
+          signal,
+        );
+        request.log.info({ document: record.id, chunks: record.chunkIds.length, ms: Date.now() - started }, 'document ingested');
+        return reply.code(201).send(documentObject(record));
+      } catch (err) {
+        libraryError(err);
+      }
+    });
   });
-
   v1.get<{ Querystring: { knowledge_base?: string } }>(
     '/documents',
     { schema: { querystring: listQuery }, config: { declaration: authenticated } },
@@ -150,29 +242,66 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
     return { id: request.params.id, object: 'document.deleted', deleted: true };
   });
 
-  v1.post<{ Body: QueryBody }>('/documents/query', { schema: { body: queryBody }, config: { declaration: query } }, async (request) => {
-    const body = request.body;
-    const project = request.call.principal!.projectId;
-    if (body.model !== undefined) {
-      throw new ApiError(
-        'invalid_request_error',
-        'Answers from a chat model over documents are not available on this server yet; omit model to get the ranked passages.',
-        { param: 'model' },
+  v1.post<{ Body: QueryBody }>(
+    '/documents/query',
+    { schema: { body: queryBody }, config: { declaration: query } },
+    async (request, reply) => {
+      const body = request.body;
+      const project = request.call.principal!.projectId;
+      const model = answeringModel(deps, body.model);
+      if (!library().list(project, body.knowledge_base).length) {
+        throw new ApiError('not_found', `No knowledge base '${body.knowledge_base}' in this key's project (it has no documents).`, {
+          param: 'knowledge_base',
+        });
+      }
+      const signal = abortOnDisconnect(request, reply);
+      const { retrieval, hits } = await library().search(
+        project,
+        body.knowledge_base,
+        body.query,
+        body.top_k ?? 5,
+        documentEmbedder(deps),
+        signal,
       );
-    }
-    if (!library().list(project, body.knowledge_base).length) {
-      throw new ApiError('not_found', `No knowledge base '${body.knowledge_base}' in this key's project (it has no documents).`, {
-        param: 'knowledge_base',
-      });
-    }
-    const hits = library().search(project, body.knowledge_base, body.query, body.top_k ?? 5);
-    return {
-      object: 'documents.query',
-      knowledge_base: body.knowledge_base,
-      query: body.query,
-      retrieval: 'lexical',
-      answer: null,
-      citations: hits.map((h) => ({ document_id: h.documentId, filename: h.filename, chunk: h.chunk, score: h.score, text: h.text })),
-    };
-  });
+      const citations = hits.map((h, i) => ({
+        index: i + 1,
+        document_id: h.documentId,
+        filename: h.filename,
+        chunk: h.chunk,
+        score: h.score,
+        text: h.text,
+      }));
+      const result = {
+        object: 'documents.query',
+        knowledge_base: body.knowledge_base,
+        query: body.query,
+        retrieval,
+        model: null as string | null,
+        answer: null as string | null,
+        citations,
+      };
+      const engine = model && deps.engines.chat(model.id);
+      request.call.usedTokens = 0;
+      if (!model || !engine || !hits.length) return result;
+
+      const answerTokens = Math.min(body.max_tokens ?? ANSWER_TOKENS, Math.floor((model.contextTokens ?? 4096) / 4));
+      const prompt = answerPrompt(body.query, hits, model.contextTokens ?? 4096, answerTokens);
+      if (!prompt.quoted) return result;
+      const work = engine.chat(
+        model.id,
+        { messages: prompt.messages, maxTokens: answerTokens, temperature: 0.2 },
+        { onText: () => {}, signal, onUsage: (u) => (request.call.usedTokens = u.promptTokens + u.completionTokens) },
+      );
+      request.call.engineWork = work;
+      const answered = await work;
+      // The answer is scrubbed like any chat answer (same placeholders as the query) unless scrub.output is off.
+      let answer = answered.content;
+      if (deps.config.scrub.output) {
+        const tally = noRedactions();
+        answer = (request.call.scrubSession ?? new ScrubSession()).scrub(answer, tally);
+        request.call.outputRedactions = tally;
+      }
+      return { ...result, model: model.id, answer, language: prompt.language, citations: citations.slice(0, prompt.quoted) };
+    },
+  );
 }
