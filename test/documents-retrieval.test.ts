@@ -122,7 +122,8 @@ t.test('uploads, hybrid retrieval, cited answers, recovery', async (t) => {
   const dataDir = join(dir, 'data');
   const fixtures = makeModelFixtures(dir);
   const config = join(dir, 'config.json');
-  writeFileSync(config, JSON.stringify({ documents: { maxUploadBytes: 256 * 1024 } }));
+  // One inference thread: test files run side by side, and llama.cpp threads that wait on a busy core spin.
+  writeFileSync(config, JSON.stringify({ documents: { maxUploadBytes: 256 * 1024 }, models: { threads: 1 } }));
   const acme = createKey(dataDir, 'acme');
   const globex = createKey(dataDir, 'globex');
   const args = ['--data-dir', dataDir, '--config', config, ...fixtures.args];

@@ -196,10 +196,18 @@ export class VectorIndexes {
   /** Writes every graph with unsaved changes; call at shutdown. */
   async close(): Promise<void> {
     for (const [kb, graph] of this.graphs) {
-      if (!graph.persistTimer) continue;
-      clearTimeout(graph.persistTimer);
-      graph.persistTimer = null;
-      await queued(graph, () => this.persist(kb, graph));
+      if (graph.persistTimer) {
+        clearTimeout(graph.persistTimer);
+        graph.persistTimer = null;
+        await queued(graph, () => this.persist(kb, graph)).catch((err: Error) =>
+          this.log.warn(
+            { knowledgeBase: named(kb), err: err.message },
+            'could not save the vector index; it will be rebuilt at the next start',
+          ),
+        );
+      }
+      // Also any write already under way: the store closes after this.
+      await graph.queue;
     }
   }
 
