@@ -69,12 +69,18 @@ export class LibraryError extends Error {
   }
 }
 
-const kbKey = (project: string, knowledgeBase: string) => `${project}\u0000${knowledgeBase}`;
+// Neither a project id nor a knowledge base name holds a '/'. (Not NUL: lmdb's key encoding reads a string with NUL
+// in it back as an array, and ranges over such keys miss.)
+const kbKey = (project: string, knowledgeBase: string) => `${project}/${knowledgeBase}`;
+/** A document's entry in the by-knowledge-base index: sorted by knowledge base, then age, then id. */
+const listingKey = (d: DocumentRecord) => `${kbKey(d.project, d.knowledgeBase)}/${String(d.createdAt).padStart(12, '0')}/${d.id}`;
 
 export class DocumentLibrary {
   private readonly documents: Database<DocumentRecord, string>;
   private readonly chunks: Database<ChunkRecord, number>;
   private readonly meta: Database<number, string>;
+  /** listingKey → document id: a knowledge base's documents without reading every document. */
+  private readonly listing: Database<string, string>;
   private readonly vectors: VectorIndexes;
   /** BM25 per knowledge base, built on first use. */
   private readonly indexes = new Map<string, Bm25Index>();
@@ -89,6 +95,13 @@ export class DocumentLibrary {
     this.chunks = store.db<ChunkRecord, number>('document-chunks');
     this.meta = store.db<number>('documents-meta');
     this.nextChunk = this.meta.get('next-chunk') ?? 0;
+    this.listing = store.db<string>('documents-by-kb');
+    // Documents stored before the listing existed.
+    if (this.listing.getKeysCount({ limit: 1 }) === 0 && this.documents.getKeysCount({ limit: 1 }) > 0) {
+      this.listing.transactionSync(() => {
+        for (const { value } of this.documents.getRange()) void this.listing.put(listingKey(value), value.id);
+      });
+    }
     this.vectors = new VectorIndexes(store, limits.vectorsDir, (kb) => this.liveChunks(kb), limits.log);
   }
 
@@ -124,7 +137,7 @@ export class DocumentLibrary {
         'content',
       );
     }
-    if (this.list(project, input.knowledgeBase).length >= this.limits.documentsPerKnowledgeBase) {
+    if (this.count(project, input.knowledgeBase) >= this.limits.documentsPerKnowledgeBase) {
       throw new LibraryError(
         400,
         `The knowledge base '${input.knowledgeBase}' already holds ${this.limits.documentsPerKnowledgeBase} documents (documents.maxDocumentsPerKnowledgeBase). Delete some or use another knowledge base.`,
@@ -163,6 +176,7 @@ export class DocumentLibrary {
       texts.forEach((text, index) => void this.chunks.put(chunkIds[index]!, { document: record.id, index, text }));
       if (vectors) this.vectors.putInTransaction(chunkIds, vectors);
       void this.documents.put(record.id, record);
+      void this.listing.put(listingKey(record), record.id);
     });
     const index = this.indexes.get(kb);
     texts.forEach((text, i) => index?.add(chunkIds[i]!, text));
@@ -174,10 +188,22 @@ export class DocumentLibrary {
   /** The project's documents in a knowledge base (or in all of its knowledge bases), oldest first. */
   list(project: string, knowledgeBase?: string): DocumentRecord[] {
     const out: DocumentRecord[] = [];
-    for (const { value } of this.documents.getRange()) {
-      if (value.project === project && (knowledgeBase === undefined || value.knowledgeBase === knowledgeBase)) out.push(value);
+    for (const id of this.listing.getRange(this.rangeOf(project, knowledgeBase)).map(({ value }) => value)) {
+      const record = this.documents.get(id);
+      if (record) out.push(record);
     }
-    return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+    // Within one knowledge base the keys are already in this order; across them, not.
+    return knowledgeBase === undefined ? out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id)) : out;
+  }
+
+  /** How many documents the knowledge base holds. */
+  count(project: string, knowledgeBase: string): number {
+    return this.listing.getKeysCount(this.rangeOf(project, knowledgeBase));
+  }
+
+  private rangeOf(project: string, knowledgeBase?: string): { start: string; end: string } {
+    const prefix = knowledgeBase === undefined ? `${project}/` : `${kbKey(project, knowledgeBase)}/`;
+    return { start: prefix, end: `${prefix}\uffff` };
   }
 
   /** A document of this project, or undefined (another project's document is not told apart from none). */
@@ -194,6 +220,7 @@ export class DocumentLibrary {
       for (const chunkId of record.chunkIds) void this.chunks.remove(chunkId);
       this.vectors.dropInTransaction(record.chunkIds);
       void this.documents.remove(id);
+      void this.listing.remove(listingKey(record));
     });
     const kb = kbKey(project, record.knowledgeBase);
     const index = this.indexes.get(kb);
@@ -239,7 +266,7 @@ export class DocumentLibrary {
 
   /** Every chunk of a knowledge base (its key: project and name), for building its vector graph. */
   private liveChunks(kb: string): ChunkText[] {
-    const [project, knowledgeBase] = kb.split('\u0000') as [string, string];
+    const [project, knowledgeBase] = kb.split('/') as [string, string];
     const out: ChunkText[] = [];
     for (const document of this.list(project, knowledgeBase)) {
       for (const id of document.chunkIds) {

@@ -104,9 +104,6 @@ async function fileSha256(path: string): Promise<string> {
   return hash.digest('hex');
 }
 
-/** A knowledge base's key (project, NUL, name) as logs show it. */
-const named = (kb: string) => kb.replace('\u0000', '/');
-
 const yieldTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class VectorIndexes {
@@ -200,10 +197,7 @@ export class VectorIndexes {
         clearTimeout(graph.persistTimer);
         graph.persistTimer = null;
         await queued(graph, () => this.persist(kb, graph)).catch((err: Error) =>
-          this.log.warn(
-            { knowledgeBase: named(kb), err: err.message },
-            'could not save the vector index; it will be rebuilt at the next start',
-          ),
+          this.log.warn({ knowledgeBase: kb, err: err.message }, 'could not save the vector index; it will be rebuilt at the next start'),
         );
       }
       // Also any write already under way: the store closes after this.
@@ -232,7 +226,7 @@ export class VectorIndexes {
     // Same model: only the chunks without a vector. First vectors or another model: every chunk, with this model.
     const pending = reuse ? live.filter((c) => !existing.labels.has(c.id)) : live;
     const reason = reuse ? 'chunks without vectors' : existing ? 'the embeddings model changed' : 'first vectors';
-    const vectors = await this.embedAll(pending, embedder, { knowledgeBase: named(kb), reason }, signal);
+    const vectors = await this.embedAll(pending, embedder, { knowledgeBase: kb, reason }, signal);
     const dimensions = vectors[0]?.length ?? existing?.dimensions ?? (await embedder.embed(['dimensions'], signal))[0]!.length;
     const graph = reuse ? existing : new Graph(embedder.model, dimensions, live.length * 2);
     if (existing) await existing.queue;
@@ -286,8 +280,7 @@ export class VectorIndexes {
       }
     }
     if (problem) {
-      if (record.sha256)
-        this.log.warn({ knowledgeBase: named(kb), problem }, 'vector index damaged; rebuilding it from the stored vectors');
+      if (record.sha256) this.log.warn({ knowledgeBase: kb, problem }, 'vector index damaged; rebuilding it from the stored vectors');
       return this.rebuild(kb, record, live);
     }
     const liveIds = new Set(live.map((c) => c.id));
@@ -314,7 +307,7 @@ export class VectorIndexes {
     if (record.incomplete) graph.incomplete = true;
     this.graphs.set(kb, graph);
     if (removed || added) {
-      this.log.info({ knowledgeBase: named(kb), removed, added }, 'vector index repaired: reconciled with the stored chunks');
+      this.log.info({ knowledgeBase: kb, removed, added }, 'vector index repaired: reconciled with the stored chunks');
       this.persistSoon(kb, graph);
     }
     return graph;
@@ -331,7 +324,7 @@ export class VectorIndexes {
     }
     graph.incomplete = missing > 0 || Boolean(record.incomplete);
     this.graphs.set(kb, graph);
-    this.log.info({ knowledgeBase: named(kb), vectors: graph.labels.size, missing }, 'vector index rebuilt from the stored vectors');
+    this.log.info({ knowledgeBase: kb, vectors: graph.labels.size, missing }, 'vector index rebuilt from the stored vectors');
     await queued(graph, () => this.persist(kb, graph));
     return graph;
   }
@@ -369,10 +362,7 @@ export class VectorIndexes {
     graph.persistTimer = setTimeout(() => {
       graph.persistTimer = null;
       queued(graph, () => this.persist(kb, graph)).catch((err: Error) =>
-        this.log.warn(
-          { knowledgeBase: named(kb), err: err.message },
-          'could not save the vector index; it will be rebuilt at the next start',
-        ),
+        this.log.warn({ knowledgeBase: kb, err: err.message }, 'could not save the vector index; it will be rebuilt at the next start'),
       );
     }, PERSIST_DELAY_MS);
     graph.persistTimer.unref();

@@ -249,7 +249,7 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
       const body = request.body;
       const project = request.call.principal!.projectId;
       const model = answeringModel(deps, body.model);
-      if (!library().list(project, body.knowledge_base).length) {
+      if (!library().count(project, body.knowledge_base)) {
         throw new ApiError('not_found', `No knowledge base '${body.knowledge_base}' in this key's project (it has no documents).`, {
           param: 'knowledge_base',
         });
