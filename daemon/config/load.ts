@@ -84,6 +84,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     log: { level: 'info', requests: false },
     models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0 },
     scrub: { output: true },
+    speech: { maxUploadBytes: 25 * 1024 * 1024, maxSeconds: 2 * 3600, ffmpeg: 'ffmpeg' },
     documents: { maxChunksPerDocument: 2000, maxDocumentsPerKnowledgeBase: 10_000, maxUploadBytes: 32 * 1024 * 1024, embeddingModel: null },
     audit: {
       signer: 'tpm',

@@ -36,6 +36,7 @@ export interface Config {
     threads: number;
   };
   scrub: { output: boolean };
+  speech: { maxUploadBytes: number; maxSeconds: number; ffmpeg: string };
   documents: {
     maxChunksPerDocument: number;
     maxDocumentsPerKnowledgeBase: number;
@@ -129,6 +130,15 @@ export const configSchema = {
           type: 'boolean',
           description: "Scrub chat models' answers too (streamed with a short hold-back), not only what they are sent.",
         },
+      },
+    },
+    speech: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxUploadBytes: positiveInt('Bytes of one audio upload; a larger one gets 413.', 1024, 1024 ** 3),
+        maxSeconds: positiveInt('Seconds of audio one transcription may hold; a longer one gets 400.', 1, 24 * 3600),
+        ffmpeg: { type: 'string', minLength: 1, description: 'The ffmpeg executable that decodes uploads (a name on PATH or a path).' },
       },
     },
     documents: {

@@ -1,3 +1,5 @@
+import type { Transcript } from '../speech/formats.js';
+
 // The interface every engine adapter implements (llama.cpp, whisper.cpp, OpenAI-compatible upstreams). Every call
 // takes an AbortSignal: a client that goes away stops the work it started.
 
@@ -87,10 +89,34 @@ export interface EmbeddingEngine {
   queueState?(modelId: string): QueueState | undefined;
 }
 
+export interface TranscriptionRequest {
+  /** 'ar', 'en', or null to detect. */
+  language: string | null;
+  prompt?: string;
+  temperature?: number;
+  /** Word timings asked for (timestamp_granularities includes "word"). */
+  words: boolean;
+}
+
+export interface TranscriptionEngine {
+  /** Transcribes 16 kHz mono s16le windows, in order, into one transcript. */
+  transcribe(modelId: string, windows: AsyncIterable<ArrayBuffer>, request: TranscriptionRequest, signal: AbortSignal): Promise<Transcript>;
+  queueState?(modelId: string): QueueState | undefined;
+}
+
 /** Which engine serves each model id. */
 export class EngineRegistry {
   private readonly chatEngines = new Map<string, ChatEngine>();
   private readonly embeddingEngines = new Map<string, EmbeddingEngine>();
+  private readonly transcriptionEngines = new Map<string, TranscriptionEngine>();
+
+  setTranscription(modelId: string, engine: TranscriptionEngine): void {
+    this.transcriptionEngines.set(modelId, engine);
+  }
+
+  transcription(modelId: string): TranscriptionEngine | undefined {
+    return this.transcriptionEngines.get(modelId);
+  }
 
   setChat(modelId: string, engine: ChatEngine): void {
     this.chatEngines.set(modelId, engine);
@@ -109,6 +135,7 @@ export class EngineRegistry {
   }
 
   queueState(modelId: string): QueueState | undefined {
-    return (this.chatEngines.get(modelId) ?? this.embeddingEngines.get(modelId))?.queueState?.(modelId);
+    const engine = this.chatEngines.get(modelId) ?? this.embeddingEngines.get(modelId) ?? this.transcriptionEngines.get(modelId);
+    return engine?.queueState?.(modelId);
   }
 }

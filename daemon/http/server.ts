@@ -14,6 +14,7 @@ import { registerChatRoute } from './routes/chat.js';
 import { registerDocumentRoutes } from './routes/documents.js';
 import { registerEmbeddingsRoute } from './routes/embeddings.js';
 import { registerLivenessRoute, registerServiceRoutes } from './routes/service.js';
+import { registerTranscriptionRoute } from './routes/transcriptions.js';
 import './context.js';
 
 export interface AppOptions {
@@ -105,6 +106,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
       registerEmbeddingsRoute(v1, deps);
       registerAuditRoutes(v1, deps);
       registerDocumentRoutes(v1, deps);
+      registerTranscriptionRoute(v1, deps);
     },
     { prefix: '/v1' },
   );

@@ -8,6 +8,7 @@ import type { Llama } from 'node-llama-cpp';
 import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { LlamaEngine } from '../engines/llama/engine.js';
+import type { WhisperEngine } from '../engines/whisper/engine.js';
 import { inferenceThreads, probeHardware, type HardwareFacts } from '../hardware/index.js';
 import {
   assessModels,
@@ -28,7 +29,7 @@ export interface ModelsRuntime {
   dispose(): Promise<void>;
 }
 
-export const BUILT_IN_ENGINES = new Set(['llama.cpp'] as const);
+export const BUILT_IN_ENGINES = new Set(['llama.cpp', 'whisper.cpp'] as const);
 
 export function startModels(options: {
   config: Config;
@@ -46,7 +47,7 @@ export function startModels(options: {
   let disposed = false;
 
   // Files that are present are 'loading' (being verified) from the first moment, so calls get 503, not 404.
-  const candidates = manifest.models.filter((e) => BUILT_IN_ENGINES.has(e.engine as 'llama.cpp') && existsSync(join(dir, e.file)));
+  const candidates = manifest.models.filter((e) => BUILT_IN_ENGINES.has(e.engine) && existsSync(join(dir, e.file)));
   for (const entry of candidates) {
     catalog.set({
       id: entry.id,
@@ -73,10 +74,26 @@ export function startModels(options: {
       ([l, m]) => new m.LlamaEngine(l, { threads, parallel: config.models.parallel, queue: config.models.queue, gpu: config.models.gpu }),
     ));
 
+  // whisper.cpp's binding loads only when a transcription model is there to run.
+  let whisperCpp: Promise<WhisperEngine> | undefined;
+  const whisperEngine = () =>
+    (whisperCpp ??= import('../engines/whisper/engine.js').then(
+      (m) => new m.WhisperEngine({ threads, queue: config.models.queue, gpu: config.models.gpu !== 'off', windowTimeoutMs: 10 * 60_000 }),
+    ));
+
   const load = async (entry: ManifestEntry, path: string) => {
     catalog.update(entry.id, { readiness: 'loading', detail: 'loading weights' });
     const started = Date.now();
     try {
+      if (entry.engine === 'whisper.cpp') {
+        const engine = await whisperEngine();
+        await engine.load(entry, path);
+        if (disposed) return;
+        engines.setTranscription(entry.id, engine);
+        catalog.update(entry.id, { readiness: 'ready' });
+        log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
+        return;
+      }
       const llamaCpp = await llamaEngine();
       await llamaCpp.load(entry, path);
       if (disposed) return;
@@ -142,6 +159,7 @@ export function startModels(options: {
       disposed = true;
       await settled;
       await (await engine)?.dispose();
+      await (await whisperCpp)?.dispose();
     },
   };
 }

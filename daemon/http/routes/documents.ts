@@ -11,7 +11,8 @@ import { noRedactions, ScrubSession } from '../../scrub/index.js';
 import type { RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { scrubRequest, type PipelineDeps } from '../pipeline.js';
-import { acceptUploads, readUpload } from './document-upload.js';
+import { acceptUploads } from '../multipart.js';
+import { readUpload } from './document-upload.js';
 
 interface IngestBody {
   knowledge_base: string;
