@@ -158,3 +158,34 @@ t.test('concurrent transcriptions are bounded by the queue', async (t) => {
     'with Retry-After',
   );
 });
+
+t.test('long audio is transcribed window by window; a disconnect stops the work', async (t) => {
+  const words = 'The committee reviews every loan application above the limit and answers within five working days. ';
+  const long = speech(dir, words.repeat(6), 'en');
+  const verbose = await client.audio.transcriptions.create({
+    file: await upload(long),
+    model: 'tiny-whisper',
+    language: 'en',
+    response_format: 'verbose_json',
+  });
+  t.ok(verbose.duration > 30, `a recording longer than one window (${verbose.duration} s)`);
+  const last = verbose.segments?.at(-1);
+  t.ok(last && last.start >= 30, `segments continue past the first 30 s window (last starts at ${last?.start})`);
+
+  // A client that goes away: the daemon answers the next call normally (the model's slot was given back).
+  const controller = new AbortController();
+  const form = new FormData();
+  form.append('model', 'tiny-whisper');
+  form.append('file', new Blob([readFileSync(long)], { type: 'audio/wav' }), 'long.wav');
+  const abandoned = fetch(`${daemon.baseURL}/audio/transcriptions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key.secret}` },
+    body: form,
+    signal: controller.signal,
+  }).catch((err: Error) => err);
+  await new Promise((r) => setTimeout(r, 300));
+  controller.abort();
+  t.type(await abandoned, Error, 'the client gave up');
+  const after = await client.audio.transcriptions.create({ file: await upload(english), model: 'tiny-whisper', language: 'en' });
+  t.type(after.text, 'string', 'the next call is served');
+});
