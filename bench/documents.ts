@@ -1,10 +1,11 @@
 // Document retrieval at scale: a deterministic bilingual corpus (English and Arabic) ingested into one knowledge
 // base through DocumentLibrary.add with a real embeddings engine, then queries through DocumentLibrary.search.
-// Ingestion chunks/s against the engine's raw embedding throughput on the same chunk texts (measured in the same
-// run, before and after ingesting), and query p50/p95/p99 (hybrid and lexical) against the bare parts of a query
-// (the query's embedding, BM25 alone, the HNSW search alone) on the same queries and the same indexes. No network.
+// Ingestion chunks/s against the engine's raw embedding throughput on the same chunk texts (interleaved with the
+// ingestion, so both run under the same load), and query p50/p95/p99 (hybrid and lexical) against the bare parts of
+// a query (its embedding, BM25 alone, the HNSW search alone) on the same queries and the same indexes. No network.
 //
 //   npm run bench:documents                        100,000 chunks, 500 queries, a generated tiny embeddings model
+//                                                  (about 15 minutes on an idle 2-core machine, mostly embedding)
 //   npm run bench:documents -- --model FILE.gguf   an operator's real embeddings model
 //   options: --chunks N (default 100000), --queries N (default 500)
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -338,16 +339,23 @@ let store: Store | undefined;
 try {
   const modelPath = values.model ? resolve(values.model) : join(work, 'tiny-embed.gguf');
   let entry: ManifestEntry;
-  const base = { file: 'model.gguf', sha256: null, size: null, engine: 'llama.cpp', languages: ['ar', 'en'], ownedBy: 'bench' } as const;
-  const needs = { ramBytes: 0, vramBytes: 0, gpuRequired: false };
+  const base: Omit<ManifestEntry, 'id' | 'capability' | 'context'> = {
+    file: 'model.gguf',
+    sha256: null,
+    size: null,
+    engine: 'llama.cpp',
+    languages: ['ar', 'en'],
+    needs: { ramBytes: 0, vramBytes: 0, gpuRequired: false },
+    ownedBy: 'bench',
+  };
   if (values.model) {
     // As the daemon serves a manifest entry without servingContext: the trained context, at most 8192.
     const info = await readGgufFileInfo(modelPath, { readTensorInfo: false, sourceType: 'filesystem', logWarnings: false });
     const context = Number((info.architectureMetadata as { context_length?: number }).context_length ?? 512);
-    entry = { ...base, id: 'embed', capability: 'embeddings', context, needs, languages: ['ar', 'en'] };
+    entry = { ...base, id: 'embed', capability: 'embeddings', context };
   } else {
     writeTinyGguf(modelPath, { seed: 7, embedding: 32, heads: 2, name: 'tiny-embed' });
-    entry = { ...base, id: 'embed', capability: 'embeddings', context: 1024, servingContext: 256, needs, languages: ['ar', 'en'] };
+    entry = { ...base, id: 'embed', capability: 'embeddings', context: 1024, servingContext: 256 };
   }
   const llama = await llamaRuntime({
     gpu: values.model ? 'auto' : 'off',
