@@ -93,3 +93,65 @@ t.test('BM25 over many chunks: removals compact, top k without sorting everythin
     { id: 3, score: 2 },
   ]);
 });
+
+/** Okapi BM25 written the plain way, over the live chunks only: what the index must rank exactly like. */
+function referenceBm25(chunks: Map<number, string>, query: string, k: number): Array<{ id: number; score: number }> {
+  const docs = [...chunks].map(([id, text]) => ({ id, words: terms(text) }));
+  const average = docs.reduce((sum, d) => sum + d.words.length, 0) / docs.length;
+  const scores = new Map<number, number>();
+  for (const term of new Set(terms(query))) {
+    const df = docs.filter((d) => d.words.includes(term)).length;
+    if (!df) continue;
+    const idf = Math.log(1 + (docs.length - df + 0.5) / (df + 0.5));
+    for (const d of docs) {
+      const tf = d.words.filter((w) => w === term).length;
+      if (!tf) continue;
+      const score = (idf * tf * 2.2) / (tf + 1.2 * (0.25 + (0.75 * d.words.length) / average));
+      scores.set(d.id, (scores.get(d.id) ?? 0) + score);
+    }
+  }
+  return [...scores]
+    .map(([id, score]) => ({ id, score }))
+    .sort((a, b) => b.score - a.score || a.id - b.id)
+    .slice(0, k);
+}
+
+t.test('BM25 ranks as the formula does, through removals, compaction and reused slots', async (t) => {
+  let seed = 7;
+  const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const vocabulary = ['branch', 'riyadh', 'transfer', 'iban', 'loan', 'فرع', 'تحويل', 'قرض', 'حساب', 'card', 'rate', 'policy'];
+  const text = () =>
+    Array.from({ length: 1 + Math.floor(random() * 12) }, () => vocabulary[Math.floor(random() * vocabulary.length)]).join(' ');
+  const index = new Bm25Index();
+  const live = new Map<number, string>();
+  let nextId = 100;
+  const compare = (label: string) => {
+    for (const query of ['branch loan', 'تحويل حساب', 'iban card rate policy', 'riyadh']) {
+      const got = index.search(query, 8);
+      const want = referenceBm25(live, query, 8);
+      t.same(
+        got.map((h) => h.id),
+        want.map((h) => h.id),
+        `${label}: "${query}" ranks the same chunks`,
+      );
+      t.ok(
+        got.every((h, i) => Math.abs(h.score - want[i]!.score) < 1e-9),
+        `${label}: "${query}" scores match`,
+      );
+    }
+  };
+  for (let i = 0; i < 3000; i++) (live.set(nextId, text()), index.add(nextId++, live.get(nextId - 1)!));
+  compare('fresh');
+  // More than 1000 removals and a fifth of the chunks: the postings are compacted and the slots freed.
+  for (const id of [...live.keys()].filter(() => random() < 0.6)) {
+    index.remove(id);
+    live.delete(id);
+  }
+  index.remove(99);
+  compare('after removals');
+  for (let i = 0; i < 1500; i++) (live.set(nextId, text()), index.add(nextId++, live.get(nextId - 1)!));
+  compare('with freed slots reused');
+  t.equal(index.size, live.size);
+  t.ok(index.has(nextId - 1), 'the newest chunk is indexed');
+  t.equal(index.has(100), live.has(100), 'the first chunk is indexed exactly when it is live');
+});

@@ -1,6 +1,6 @@
 // Knowledge bases and their documents, stored in lmdb, already scrubbed (the HTTP layer scrubs before a document
 // gets here, and nothing else is ever written). Each knowledge base belongs to one project. Chunks are indexed for
-// lexical retrieval (BM25, built per knowledge base from the stored chunks on first use after a start) and, when an
+// lexical retrieval (BM25, built per knowledge base from the stored chunks in the background after a start) and, when an
 // embeddings model is served, for vector retrieval (vectors.ts); a query uses both and fuses the two rankings.
 import { randomBytes } from 'node:crypto';
 import type { Database } from 'lmdb';
@@ -55,13 +55,19 @@ export interface SearchResult {
 
 /** Reciprocal rank fusion's constant: large enough that the first few ranks of either list weigh about the same. */
 const RRF_K = 60;
+/** Chunks indexed per turn of the event loop while building a BM25 index, so that a build never stalls other calls. */
+const LEXICAL_PER_TURN = 500;
+/** Builds at least this large are logged, with how long they took. */
+const LOGGED_BUILD = 20_000;
+const yieldTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 /** Candidates taken from each ranking before fusing, as a multiple of the hits asked for. */
 const CANDIDATES_PER_HIT = 4;
 
-/** A request the library refuses, with the HTTP status it means (400 or 413) and what to do. */
+/** A request the library refuses, with the HTTP status it means and what to do. */
 export class LibraryError extends Error {
   constructor(
-    readonly status: 400 | 404 | 413,
+    readonly status: 400 | 404 | 413 | 503,
     message: string,
     readonly param: string | null = null,
   ) {
@@ -82,8 +88,12 @@ export class DocumentLibrary {
   /** listingKey → document id: a knowledge base's documents without reading every document. */
   private readonly listing: Database<string, string>;
   private readonly vectors: VectorIndexes;
-  /** BM25 per knowledge base, built on first use. */
+  /** BM25 per knowledge base, once built. */
   private readonly indexes = new Map<string, Bm25Index>();
+  /** BM25 indexes being built (new and removed chunks are applied to them as well), and the builds' promises. */
+  private readonly partialIndexes = new Map<string, Bm25Index>();
+  private readonly building = new Map<string, Promise<Bm25Index>>();
+  private closing = false;
   /** The next chunk id, taken synchronously so that concurrent ingestions never share one. */
   private nextChunk: number;
 
@@ -105,14 +115,24 @@ export class DocumentLibrary {
     this.vectors = new VectorIndexes(store, limits.vectorsDir, (kb) => this.liveChunks(kb), limits.log);
   }
 
-  /** Loads every saved vector graph, rebuilding damaged ones from the stored vectors: at boot. */
-  open(): Promise<void> {
-    return this.vectors.openAll();
+  /**
+   * At boot: builds every knowledge base's BM25 index from the stored chunks, and loads every saved vector graph
+   * (rebuilding damaged ones from the stored vectors). A query that comes first waits for its own knowledge base.
+   */
+  async open(): Promise<void> {
+    const knowledgeBases = new Set<string>();
+    for (const key of this.listing.getKeys()) knowledgeBases.add(key.slice(0, key.indexOf('/', key.indexOf('/') + 1)));
+    const lexical = (async () => {
+      for (const kb of knowledgeBases) await this.lexicalIndex(kb);
+    })();
+    await Promise.all([lexical, this.vectors.openAll()]);
   }
 
-  /** Saves vector graphs with unsaved changes. */
-  close(): Promise<void> {
-    return this.vectors.close();
+  /** Stops index builds and saves vector graphs with unsaved changes. */
+  async close(): Promise<void> {
+    this.closing = true;
+    await Promise.allSettled(this.building.values());
+    await this.vectors.close();
   }
 
   /** Chunks and stores a scrubbed document; returns its record. */
@@ -178,7 +198,7 @@ export class DocumentLibrary {
       void this.documents.put(record.id, record);
       void this.listing.put(listingKey(record), record.id);
     });
-    const index = this.indexes.get(kb);
+    const index = this.indexes.get(kb) ?? this.partialIndexes.get(kb);
     texts.forEach((text, i) => index?.add(chunkIds[i]!, text));
     if (vectors) await this.vectors.insert(kb, chunkIds, vectors);
     else if (this.vectors.modelOf(kb)) await this.vectors.markIncomplete(kb);
@@ -223,7 +243,7 @@ export class DocumentLibrary {
       void this.listing.remove(listingKey(record));
     });
     const kb = kbKey(project, record.knowledgeBase);
-    const index = this.indexes.get(kb);
+    const index = this.indexes.get(kb) ?? this.partialIndexes.get(kb);
     for (const chunkId of record.chunkIds) index?.remove(chunkId);
     await this.vectors.forget(kb, record.chunkIds);
     return true;
@@ -243,7 +263,7 @@ export class DocumentLibrary {
   ): Promise<SearchResult> {
     const kb = kbKey(project, knowledgeBase);
     const candidates = Math.max(topK * CANDIDATES_PER_HIT, 20);
-    const lexical = this.indexFor(project, knowledgeBase).search(query, candidates);
+    const lexical = (await this.lexicalIndex(kb)).search(query, candidates);
     const nearest = embedder ? await this.vectors.search(kb, embedder, query, candidates, signal) : null;
     if (!nearest) return { retrieval: 'lexical', hits: this.hitsOf(lexical.slice(0, topK)) };
     const fused = new Map<number, number>();
@@ -277,18 +297,46 @@ export class DocumentLibrary {
     return out;
   }
 
-  private indexFor(project: string, knowledgeBase: string): Bm25Index {
-    const key = kbKey(project, knowledgeBase);
-    let index = this.indexes.get(key);
-    if (!index) {
-      index = new Bm25Index();
-      for (const document of this.list(project, knowledgeBase)) {
-        for (const chunkId of document.chunkIds) {
-          const chunk = this.chunks.get(chunkId);
-          if (chunk) index.add(chunkId, chunk.text);
+  /** The knowledge base's BM25 index: built already, or once its build (started now if need be) is over. */
+  private lexicalIndex(kb: string): Promise<Bm25Index> {
+    const ready = this.indexes.get(kb);
+    if (ready) return Promise.resolve(ready);
+    let build = this.building.get(kb);
+    if (!build) {
+      build = this.buildLexical(kb).finally(() => {
+        this.building.delete(kb);
+        this.partialIndexes.delete(kb);
+      });
+      this.building.set(kb, build);
+    }
+    return build;
+  }
+
+  /**
+   * Indexes the knowledge base's stored chunks a slice per turn of the event loop. Documents added meanwhile go
+   * into the partial index directly (and are skipped here); removed ones are gone from lmdb before they are removed
+   * from the index, so a chunk read here is never a removed one.
+   */
+  private async buildLexical(kb: string): Promise<Bm25Index> {
+    const started = performance.now();
+    const index = new Bm25Index();
+    this.partialIndexes.set(kb, index);
+    const [project, knowledgeBase] = kb.split('/') as [string, string];
+    let read = 0;
+    for (const document of this.list(project, knowledgeBase)) {
+      for (const chunkId of document.chunkIds) {
+        if (++read % LEXICAL_PER_TURN === 0) {
+          await yieldTurn();
+          if (this.closing) throw new LibraryError(503, 'The daemon is shutting down. Retry in a few seconds.');
         }
+        if (index.has(chunkId)) continue;
+        const chunk = this.chunks.get(chunkId);
+        if (chunk) index.add(chunkId, chunk.text);
       }
-      this.indexes.set(key, index);
+    }
+    this.indexes.set(kb, index);
+    if (index.size >= LOGGED_BUILD) {
+      this.limits.log.info({ knowledgeBase: kb, chunks: index.size, ms: Math.round(performance.now() - started) }, 'lexical index built');
     }
     return index;
   }

@@ -103,9 +103,8 @@ function documentObject(d: DocumentRecord) {
 
 function libraryError(err: unknown): never {
   if (err instanceof LibraryError) {
-    throw new ApiError(err.status === 413 ? 'payload_too_large' : err.status === 404 ? 'not_found' : 'invalid_request_error', err.message, {
-      param: err.param,
-    });
+    const code = { 400: 'invalid_request_error', 404: 'not_found', 413: 'payload_too_large', 503: 'server_overloaded' } as const;
+    throw new ApiError(code[err.status], err.message, { param: err.param });
   }
   throw err;
 }
