@@ -284,14 +284,23 @@ export class DocumentLibrary {
     return hits;
   }
 
-  /** Every chunk of a knowledge base (its key: project and name), for building its vector graph. */
+  /**
+   * Every chunk of a knowledge base (its key: project and name), for building its vector graph. A chunk's text is
+   * read from lmdb only if asked for (to embed it): loading a saved graph needs the ids alone, and reading a hundred
+   * thousand texts at once would hold the event loop for seconds.
+   */
   private liveChunks(kb: string): ChunkText[] {
     const [project, knowledgeBase] = kb.split('/') as [string, string];
+    const chunks = this.chunks;
     const out: ChunkText[] = [];
     for (const document of this.list(project, knowledgeBase)) {
       for (const id of document.chunkIds) {
-        const chunk = this.chunks.get(id);
-        if (chunk) out.push({ id, text: chunk.text });
+        out.push({
+          id,
+          get text() {
+            return chunks.get(id)?.text ?? '';
+          },
+        });
       }
     }
     return out;
