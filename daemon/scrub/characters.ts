@@ -85,19 +85,28 @@ export const SEPARATOR_CLASS = classBody(SEPARATORS);
 export const INVISIBLE_CLASS = classBody(INVISIBLES);
 /** One invisible character of either plane, as a regular expression (without the u flag: as UTF-16). */
 export const INVISIBLE_PATTERN = `(?:[${INVISIBLE_CLASS}]|${INVISIBLES_ABOVE_BMP.map(([first, last]) => surrogateRange(first, last)).join('|')})`;
-/** Finds a high surrogate that may start an invisible character above U+FFFF (most texts have none). */
-export const INVISIBLE_ABOVE_BMP_HINT = new RegExp(
-  `[${INVISIBLES_ABOVE_BMP.map(([first, last]) => `\\u${hex(highSurrogate(first))}-\\u${hex(highSurrogate(last))}`).join('')}]`,
-);
+/**
+ * The high surrogates that begin a mathematical digit or an invisible character above U+FFFF, as one-unit strings:
+ * text holding none of them (most text) can be scanned with BMP-only patterns.
+ */
+export const ASTRAL_HIGH_SURROGATES: readonly string[] = [
+  ...new Set(
+    [[MATH_DIGITS_START, MATH_DIGITS_END] as const, ...INVISIBLES_ABOVE_BMP].flatMap(([first, last]) => {
+      const highs: string[] = [];
+      for (let high = highSurrogateOf(first); high <= highSurrogateOf(last); high++) highs.push(String.fromCharCode(high));
+      return highs;
+    }),
+  ),
+];
 
-function highSurrogate(cp: number): number {
+function highSurrogateOf(cp: number): number {
   return 0xd800 + ((cp - 0x10000) >> 10);
 }
 
 /** A range of code points above U+FFFF as UTF-16 alternatives (per high surrogate). */
 function surrogateRange(first: number, last: number): string {
   const parts: string[] = [];
-  for (let high = 0xd800 + ((first - 0x10000) >> 10); high <= 0xd800 + ((last - 0x10000) >> 10); high++) {
+  for (let high = highSurrogateOf(first); high <= highSurrogateOf(last); high++) {
     const blockStart = 0x10000 + ((high - 0xd800) << 10);
     const low = 0xdc00 + Math.max(first, blockStart) - blockStart;
     const lowEnd = 0xdc00 + Math.min(last, blockStart + 0x3ff) - blockStart;
@@ -121,13 +130,19 @@ export function isInvisible(cp: number): boolean {
   return INVISIBLES_ABOVE_BMP.some(([first, last]) => cp >= first && cp <= last);
 }
 
+/** A Latin letter's place in the alphabet (0 for A), in any case and in fullwidth form; otherwise -1. */
+export function latinIndex(cp: number): number {
+  if (cp >= 0x41 && cp <= 0x5a) return cp - 0x41;
+  if (cp >= 0x61 && cp <= 0x7a) return cp - 0x61;
+  if (cp >= 0xff21 && cp <= 0xff3a) return cp - 0xff21;
+  if (cp >= 0xff41 && cp <= 0xff5a) return cp - 0xff41;
+  return -1;
+}
+
 /** Latin letters, in any case and in fullwidth form, as upper-case ASCII; otherwise an empty string. */
 export function latinLetter(cp: number): string {
-  if (cp >= 0x41 && cp <= 0x5a) return String.fromCharCode(cp);
-  if (cp >= 0x61 && cp <= 0x7a) return String.fromCharCode(cp - 0x20);
-  if (cp >= 0xff21 && cp <= 0xff3a) return String.fromCharCode(cp - 0xff21 + 0x41);
-  if (cp >= 0xff41 && cp <= 0xff5a) return String.fromCharCode(cp - 0xff41 + 0x41);
-  return '';
+  const index = latinIndex(cp);
+  return index < 0 ? '' : String.fromCharCode(0x41 + index);
 }
 
 /** The code point that ends just before `at` in `text` (a surrogate pair read whole). */

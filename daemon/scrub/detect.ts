@@ -1,7 +1,7 @@
 // Which spans of a text are personal data, by type. Saudi national ID and Iqama numbers: ten digits starting with
 // 1 or 2, Luhn-valid. Payment cards: 13–19 digits, Luhn-valid, in a known issuer range with that range's length.
 import { luhnValid } from './checksums.js';
-import { digitRuns, type DigitScan } from './runs.js';
+import { digitRuns, mayBeValue, type DigitScan } from './runs.js';
 
 export type RedactionType = 'NATIONAL_ID' | 'IQAMA' | 'IBAN' | 'CARD';
 
@@ -77,8 +77,8 @@ export function findNumbers(text: string, scan: DigitScan = digitRuns(text)): Re
       for (let b = a; b < groups.length; b++) {
         const length = groups[b]!.to - from;
         if (length > 19) break;
-        // Only ten digits starting with 1 or 2, or 13 to 19 digits, can be a value: skip the rest without slicing.
-        if (length === 10 ? digits.charCodeAt(from) > 50 || digits.charCodeAt(from) < 49 : length < 13) continue;
+        // Skip what cannot be a value without slicing.
+        if (!mayBeValue(length, digits.charCodeAt(from) - 48)) continue;
         const value = digits.slice(from, groups[b]!.to);
         const type = classifyDigits(value);
         if (type) (candidates ??= []).push({ type, start: groups[a]!.start, end: groups[b]!.end, value });

@@ -1,7 +1,7 @@
 // IBANs of every country in the ISO 13616 registry: country code, two check digits, and a BBAN of the country's
 // length and shape, mod 97 = 1. Case-insensitive, compact or in groups, digits of any script, invisible characters
 // anywhere. The IBAN must start a word and must not run on into more letters or digits.
-import { codePointBefore, digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
+import { codePointBefore, digitValue, isInvisible, isSeparator, latinIndex, latinLetter } from './characters.js';
 import { ibanValid } from './checksums.js';
 import type { Redaction } from './detect.js';
 import { IBAN_REGISTRY } from './iban-registry.js';
@@ -29,6 +29,9 @@ const BBAN_PATTERNS = new Map<string, { length: number; pattern: RegExp; kinds: 
   }),
 );
 
+/** Per pair of letters (first × 26 + second, A = 0): whether the registry has that country code. */
+const IS_COUNTRY = new Uint8Array(26 * 26);
+for (const code of BBAN_PATTERNS.keys()) IS_COUNTRY[(code.charCodeAt(0) - 0x41) * 26 + code.charCodeAt(1) - 0x41] = 1;
 const COUNTRY_INITIALS = new Set([...BBAN_PATTERNS.keys()].map((code) => code[0]));
 const MAX_IBAN_LENGTH = Math.max(...[...BBAN_PATTERNS.values()].map((p) => p.length));
 
@@ -94,22 +97,25 @@ function countryCodeBefore(text: string, runStart: number): string {
     else if (isSeparator(cp) && ++separators <= MAX_SEPARATORS) i -= widthOf(cp);
     else break;
   }
-  let code = '';
+  // Letters as alphabet places, not strings: most runs have none, or two that are no country's code.
+  let second = -1;
   for (;;) {
     if (i === 0) return '';
     const cp = codePointBefore(text, i);
-    if (code.length === 1 && isInvisible(cp)) {
+    if (second >= 0 && isInvisible(cp)) {
       i -= widthOf(cp);
       continue;
     }
-    const letter = latinLetter(cp);
-    if (!letter) return '';
+    const letter = latinIndex(cp);
+    if (letter < 0) return '';
     i -= widthOf(cp);
-    code = letter + code;
-    if (code.length === 2) {
-      codeStart = i;
-      return code;
+    if (second < 0) {
+      second = letter;
+      continue;
     }
+    if (!IS_COUNTRY[letter * 26 + second]) return '';
+    codeStart = i;
+    return String.fromCharCode(0x41 + letter, 0x41 + second);
   }
 }
 

@@ -2,14 +2,15 @@
 // Candidates are then taken on group boundaries only, so a value is never a window inside a longer digit group
 // (timestamps, tracking numbers), while "4111 1111 1111 1111" and "1-0-1-2-…" are still one number.
 import {
+  ASTRAL_HIGH_SURROGATES,
   codePointBefore,
   DIGIT_CLASS,
   digitValue,
-  INVISIBLE_ABOVE_BMP_HINT,
   INVISIBLE_CLASS,
   INVISIBLE_PATTERN,
   isInvisible,
   isSeparator,
+  latinIndex,
   MATH_DIGIT_PATTERN,
   SEPARATOR_CLASS,
 } from './characters.js';
@@ -30,9 +31,9 @@ export interface DigitRun {
 }
 
 export interface DigitScan {
-  /** Where every run's first digit is. */
+  /** Where every run that may be an IBAN's check digits (see MAY_PRECEDE_IBAN_DIGITS) has its first digit. */
   starts: number[];
-  /** The runs long enough to hold a value, with their groups (a decimal's last two groups left out). */
+  /** The runs whose groups may make a value, with their groups (a decimal's last two groups left out). */
   runs: DigitRun[];
 }
 
@@ -42,16 +43,27 @@ const SHORTEST_VALUE = 10;
 
 /**
  * A run from its first digit to its last, as people write numbers: between two digits, invisible characters and at
- * most two separators (the Arabic decimal separator only as the first). Found by the regex engine, so text without
- * digits costs almost nothing, and runs too short to hold a value are passed over without reading them here.
+ * most two separators (the Arabic decimal separator only as the first). One regex match per run: the regex engine
+ * skips text without digits fast and consumes a whole run per match (so no run is tried again from an inner digit).
+ * The BMP-only form is for text with no mathematical digit and no invisible character above U+FFFF (most text).
  */
-const DIGIT = `(?:[${DIGIT_CLASS}]|${MATH_DIGIT_PATTERN})`;
-const gap = (invisible: string) => `${invisible}*(?:[${SEPARATOR_CLASS}\\u066b]${invisible}*(?:[${SEPARATOR_CLASS}]${invisible}*)?)?`;
-/** Runs in text with invisible characters above U+FFFF too, and the faster form for text without any. */
-const RUN_ALL = new RegExp(`${DIGIT}(?:${gap(INVISIBLE_PATTERN)}${DIGIT})*`, 'y');
-const RUN_BMP = new RegExp(`${DIGIT}(?:${gap(`[${INVISIBLE_CLASS}]`)}${DIGIT})*`, 'y');
-/** Where a run may begin: a digit, or the first half of a mathematical one (RUN then says whether it is one). */
-const RUN_START = new RegExp(`[${DIGIT_CLASS}\\ud835]`, 'g');
+const runPattern = (digit: string, invisible: string) => {
+  const gap = `${invisible}*(?:[${SEPARATOR_CLASS}\\u066b]${invisible}*(?:[${SEPARATOR_CLASS}]${invisible}*)?)?`;
+  return new RegExp(`${digit}(?:${gap}${digit})*`, 'g');
+};
+const RUN_ALL = runPattern(`(?:[${DIGIT_CLASS}]|${MATH_DIGIT_PATTERN})`, INVISIBLE_PATTERN);
+const RUN_BMP = runPattern(`[${DIGIT_CLASS}]`, `[${INVISIBLE_CLASS}]`);
+
+/**
+ * Code units a run must start right after to be an IBAN's check digits (which follow the country code's letters,
+ * directly or after separators or invisible characters): Latin letters, separators, invisible characters, and the
+ * second half of an invisible character above U+FFFF. Runs after anything else are not listed in `starts`.
+ */
+const MAY_PRECEDE_IBAN_DIGITS = new Uint8Array(0x10000);
+for (let unit = 0; unit < 0x10000; unit++) {
+  if (latinIndex(unit) >= 0 || isSeparator(unit) || isInvisible(unit) || (unit >= 0xdc00 && unit <= 0xdfff))
+    MAY_PRECEDE_IBAN_DIGITS[unit] = 1;
+}
 
 function isDecimalPoint(cp: number): boolean {
   return cp === 0x2e || cp === 0xff0e || cp === 0x066b;
@@ -59,23 +71,29 @@ function isDecimalPoint(cp: number): boolean {
 
 export function digitRuns(text: string): DigitScan {
   const scan: DigitScan = { starts: [], runs: [] };
-  const RUN = INVISIBLE_ABOVE_BMP_HINT.test(text) ? RUN_ALL : RUN_BMP;
-  // test() allocates nothing, unlike exec(): the start is one before where RUN_START stopped.
-  for (RUN_START.lastIndex = 0; RUN_START.test(text);) {
-    const start = RUN_START.lastIndex - 1;
-    RUN.lastIndex = start;
-    if (!RUN.test(text)) continue;
-    scan.starts.push(start);
+  const RUN = ASTRAL_HIGH_SURROGATES.some((high) => text.includes(high)) ? RUN_ALL : RUN_BMP;
+  RUN.lastIndex = 0;
+  for (let match = RUN.exec(text); match; match = RUN.exec(text)) {
+    const start = match.index;
+    if (start === 0 || MAY_PRECEDE_IBAN_DIGITS[text.charCodeAt(start - 1)] === 1) scan.starts.push(start);
     // Fewer characters than the shortest value has digits: nothing in it to judge.
-    if (RUN.lastIndex - start >= SHORTEST_VALUE) readRun(text, start, RUN.lastIndex, scan.runs);
-    RUN_START.lastIndex = RUN.lastIndex;
+    if (match[0].length >= SHORTEST_VALUE) readRun(text, start, RUN.lastIndex, scan.runs);
   }
   return scan;
 }
 
+/** The longest value read from digits alone (a card number). */
+const LONGEST_VALUE = 19;
+
+/** Whether a number of this many digits, starting with this one, may be a value: an ID or Iqama number, or a card. */
+export function mayBeValue(length: number, firstDigit: number): boolean {
+  return length === SHORTEST_VALUE ? firstDigit === 1 || firstDigit === 2 : length >= 13 && length <= LONGEST_VALUE;
+}
+
 // Scratch space for the run being read (scanning is synchronous, so one is enough): per group, the index of its
-// first digit among the run's digits and its span in the text. Grown when a run has more groups.
+// first digit among the run's digits, that digit's value, and its span in the text. Grown when a run has more groups.
 let groupFrom = new Int32Array(64);
+let groupFirst = new Int8Array(64);
 let groupStart = new Int32Array(64);
 let groupEnd = new Int32Array(64);
 
@@ -97,12 +115,14 @@ function readRun(text: string, start: number, end: number, runs: DigitRun[]): vo
     const cp = unit >= 0xd800 && unit <= 0xdbff ? text.codePointAt(i)! : unit;
     const width = cp > 0xffff ? 2 : 1;
     if (cp > 0x7f) ascii = false;
-    if (digitValue(cp) >= 0) {
+    const value = digitValue(cp);
+    if (value >= 0) {
       if (separators > 0 || count === 0) {
         if (groups === groupFrom.length) growGroups();
         // Whether the group starting now follows a lone decimal point; decided once the run has ended.
         decimalTail = separators === 1 && isDecimalPoint(lastSeparator);
         groupFrom[groups] = count;
+        groupFirst[groups] = value;
         groupStart[groups] = i;
         groups++;
       }
@@ -120,7 +140,8 @@ function readRun(text: string, start: number, end: number, runs: DigitRun[]): vo
   // neither part is taken for an identifier.
   if (decimalTail && groups >= 2 && count - groupFrom[groups - 1]! <= 2) groups -= 2;
   const usable = groups === 0 ? 0 : groups < allGroups ? groupFrom[groups]! : count;
-  if (usable < SHORTEST_VALUE) return;
+  // Most long runs are phone numbers, amounts and references: none of their groups in a row make a value's length.
+  if (usable < SHORTEST_VALUE || !holdsValueLength(groups, allGroups, count)) return;
   const out: DigitGroup[] = [];
   for (let g = 0; g < groups; g++) {
     out.push({ from: groupFrom[g]!, to: g + 1 < allGroups ? groupFrom[g + 1]! : count, start: groupStart[g]!, end: groupEnd[g]! });
@@ -128,6 +149,18 @@ function readRun(text: string, start: number, end: number, runs: DigitRun[]): vo
   const span = text.slice(start, end);
   const digits = ascii ? span.replace(NOT_ASCII_DIGIT, '') : asciiDigits(span);
   runs.push({ digits: digits.slice(0, usable), groups: out });
+}
+
+/** Whether some of the run's first `groups` groups in a row make a number that `mayBeValue`. */
+function holdsValueLength(groups: number, allGroups: number, count: number): boolean {
+  for (let a = 0; a < groups; a++) {
+    for (let b = a; b < groups; b++) {
+      const length = (b + 1 < allGroups ? groupFrom[b + 1]! : count) - groupFrom[a]!;
+      if (length > LONGEST_VALUE) break;
+      if (mayBeValue(length, groupFirst[a]!)) return true;
+    }
+  }
+  return false;
 }
 
 /** The digits of `span`, whatever their script, as ASCII. */
@@ -141,12 +174,13 @@ function asciiDigits(span: string): string {
 }
 
 function growGroups(): void {
-  const grow = (a: Int32Array) => {
-    const b = new Int32Array(a.length * 2);
+  const grow = <T extends Int32Array | Int8Array>(a: T): T => {
+    const b = new (a.constructor as new (length: number) => T)(a.length * 2);
     b.set(a);
     return b;
   };
   groupFrom = grow(groupFrom);
+  groupFirst = grow(groupFirst);
   groupStart = grow(groupStart);
   groupEnd = grow(groupEnd);
 }
