@@ -5,7 +5,8 @@
 //   npm run bench:scrub                     about 8 MB of text, 9 rounds
 //   options: --megabytes N (default 8), --rounds N (default 9)
 import { parseArgs } from 'node:util';
-import { ScrubSession, StreamScrubber } from '../daemon/scrub/index.js';
+import { scannerKind, ScrubSession, StreamScrubber } from '../daemon/scrub/index.js';
+import { digitRuns, digitRunsJs } from '../daemon/scrub/runs.js';
 import { generator, makeIban, SCRIPTS, withLuhn } from '../test/fixtures/scrub-corpus.js';
 
 const { values } = parseArgs({ options: { megabytes: { type: 'string' }, rounds: { type: 'string' } } });
@@ -83,12 +84,17 @@ for (let i = 0; i < 2; i++) {
 }
 const plain: number[] = [];
 const scrub: number[] = [];
+// The digit-run scan alone, by the scanner in use and by the JavaScript one (what runs without the native addon).
+const scanInUse: number[] = [];
+const scanJs: number[] = [];
 let redacted = 0;
 for (let r = 0; r < rounds; r++) {
   plain.push(time(() => plainScan(text)));
   const session = new ScrubSession();
   scrub.push(time(() => session.scrub(text)));
   redacted = Object.values(session.counts()).reduce((a, b) => a + b, 0);
+  scanInUse.push(time(() => digitRuns(text)));
+  scanJs.push(time(() => digitRunsJs(text)));
 }
 const plainRate = mb / median(plain);
 const scrubRate = mb / median(scrub);
@@ -121,6 +127,9 @@ console.log('');
 console.log(`plain single-regex scan   ${plainRate.toFixed(1)} MB/s  (median of ${rounds})`);
 console.log(`scrubber                  ${scrubRate.toFixed(1)} MB/s  (median of ${rounds})`);
 console.log(`plain / scrubber          ${ratio.toFixed(2)}x`);
+console.log(
+  `digit-run scan alone      ${scannerKind} ${(mb / median(scanInUse)).toFixed(0)} MB/s, JavaScript ${(mb / median(scanJs)).toFixed(0)} MB/s`,
+);
 console.log(`streamed, 1–6 chars/piece ${(streamedMb / streamSeconds).toFixed(1)} MB/s  (${answers.length} answers)`);
 console.log(`hold-back                 at most ${mostHeld} characters, ${(heldSum / pushes).toFixed(1)} on average`);
 console.log('');

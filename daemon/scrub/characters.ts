@@ -85,13 +85,19 @@ export const SEPARATOR_CLASS = classBody(SEPARATORS);
 export const INVISIBLE_CLASS = classBody(INVISIBLES);
 /** One invisible character of either plane, as a regular expression (without the u flag: as UTF-16). */
 export const INVISIBLE_PATTERN = `(?:[${INVISIBLE_CLASS}]|${INVISIBLES_ABOVE_BMP.map(([first, last]) => surrogateRange(first, last)).join('|')})`;
+/** What lies above U+FFFF: the mathematical digits (values repeating every ten from the first) and the invisibles. */
+export const ASTRAL_RANGES: ReadonlyArray<{ first: number; last: number; kind: 'digit' | 'invisible' }> = [
+  { first: MATH_DIGITS_START, last: MATH_DIGITS_END, kind: 'digit' },
+  ...INVISIBLES_ABOVE_BMP.map(([first, last]) => ({ first, last, kind: 'invisible' as const })),
+];
+
 /**
  * The high surrogates that begin a mathematical digit or an invisible character above U+FFFF, as one-unit strings:
  * text holding none of them (most text) can be scanned with BMP-only patterns.
  */
 export const ASTRAL_HIGH_SURROGATES: readonly string[] = [
   ...new Set(
-    [[MATH_DIGITS_START, MATH_DIGITS_END] as const, ...INVISIBLES_ABOVE_BMP].flatMap(([first, last]) => {
+    ASTRAL_RANGES.flatMap(({ first, last }) => {
       const highs: string[] = [];
       for (let high = highSurrogateOf(first); high <= highSurrogateOf(last); high++) highs.push(String.fromCharCode(high));
       return highs;

@@ -3,6 +3,7 @@
 // (timestamps, tracking numbers), while "4111 1111 1111 1111" and "1-0-1-2-…" are still one number.
 import {
   ASTRAL_HIGH_SURROGATES,
+  ASTRAL_RANGES,
   codePointBefore,
   DIGIT_CLASS,
   digitValue,
@@ -14,6 +15,7 @@ import {
   MATH_DIGIT_PATTERN,
   SEPARATOR_CLASS,
 } from './characters.js';
+import { loadNativeScanner, type NativeScan } from './native.js';
 
 export interface DigitGroup {
   /** The group's digits are `run.digits.slice(from, to)`. */
@@ -32,7 +34,7 @@ export interface DigitRun {
 
 export interface DigitScan {
   /** Where every run that may be an IBAN's check digits (see MAY_PRECEDE_IBAN_DIGITS) has its first digit. */
-  starts: number[];
+  starts: number[] | Int32Array;
   /** The runs whose groups may make a value, with their groups (a decimal's last two groups left out). */
   runs: DigitRun[];
 }
@@ -69,8 +71,20 @@ function isDecimalPoint(cp: number): boolean {
   return cp === 0x2e || cp === 0xff0e || cp === 0x066b;
 }
 
+/**
+ * The digit runs of `text`: by the native scanner when it is built and the text is long enough to repay the call
+ * (copying the text, building the result), else by `digitRunsJs`; the result is the same.
+ */
 export function digitRuns(text: string): DigitScan {
-  const scan: DigitScan = { starts: [], runs: [] };
+  return digitRunsNative && text.length >= NATIVE_FROM ? digitRunsNative(text) : digitRunsJs(text);
+}
+
+/** Below this many UTF-16 units (a streamed answer's window, a short message) the JavaScript scan is faster. */
+const NATIVE_FROM = 2048;
+
+/** The scan in JavaScript: a regex match per run, read further in JavaScript when it is long enough. */
+export function digitRunsJs(text: string): DigitScan {
+  const scan = { starts: [] as number[], runs: [] as DigitRun[] };
   const RUN = ASTRAL_HIGH_SURROGATES.some((high) => text.includes(high)) ? RUN_ALL : RUN_BMP;
   RUN.lastIndex = 0;
   for (let match = RUN.exec(text); match; match = RUN.exec(text)) {
@@ -80,6 +94,47 @@ export function digitRuns(text: string): DigitScan {
     if (match[0].length >= SHORTEST_VALUE) readRun(text, start, RUN.lastIndex, scan.runs);
   }
   return scan;
+}
+
+// The native scanner's character tables, built from characters.ts, so that it reads exactly what this file reads.
+const UNIT_OTHER = 0;
+const UNIT_DIGIT = 1;
+const UNIT_SEPARATOR = 2;
+const UNIT_INVISIBLE = 3;
+const UNIT_ARABIC_DECIMAL = 4;
+const UNIT_ASTRAL = 5;
+function nativeTables(): [Uint8Array, Int8Array, Uint8Array, Uint32Array] {
+  const kinds = new Uint8Array(0x10000);
+  const values = new Int8Array(0x10000).fill(-1);
+  for (let unit = 0; unit < 0x10000; unit++) {
+    values[unit] = digitValue(unit);
+    kinds[unit] = values[unit]! >= 0 ? UNIT_DIGIT : isSeparator(unit) ? UNIT_SEPARATOR : isInvisible(unit) ? UNIT_INVISIBLE : UNIT_OTHER;
+  }
+  kinds[0x066b] = UNIT_ARABIC_DECIMAL;
+  for (const high of ASTRAL_HIGH_SURROGATES) kinds[high.charCodeAt(0)] = UNIT_ASTRAL;
+  const astral = new Uint32Array(
+    ASTRAL_RANGES.flatMap(({ first, last, kind }) => [first, last, kind === 'digit' ? UNIT_DIGIT : UNIT_INVISIBLE]),
+  );
+  return [kinds, values, MAY_PRECEDE_IBAN_DIGITS, astral];
+}
+const nativeScan = loadNativeScanner(nativeTables());
+/** The native scan on its own (null when the addon is not built): for the test that compares it with the other. */
+export const digitRunsNative = nativeScan ? (text: string) => fromNative(nativeScan(text)) : null;
+
+/** Which scanner `digitRuns` uses, for the log at start. */
+export const scannerKind: 'native' | 'javascript' = nativeScan ? 'native' : 'javascript';
+
+function fromNative({ starts, runs: flat, digits }: NativeScan): DigitScan {
+  const runs: DigitRun[] = [];
+  for (let at = 0; at < flat.length;) {
+    const offset = flat[at++]!;
+    const usable = flat[at++]!;
+    const count = flat[at++]!;
+    const groups: DigitGroup[] = [];
+    for (let g = 0; g < count; g++, at += 4) groups.push({ from: flat[at]!, to: flat[at + 1]!, start: flat[at + 2]!, end: flat[at + 3]! });
+    runs.push({ digits: digits.slice(offset, offset + usable), groups });
+  }
+  return { starts, runs };
 }
 
 /** The longest value read from digits alone (a card number). */
