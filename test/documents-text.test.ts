@@ -135,12 +135,17 @@ t.test('BM25 ranks as the formula does, through removals, compaction and reused 
         `${label}: "${query}" ranks the same chunks`,
       );
       t.ok(
-        got.every((h, i) => Math.abs(h.score - want[i]!.score) < 1e-9),
+        got.every((h, i) => Math.abs(h.score - (want[i]?.score ?? NaN)) < 1e-9),
         `${label}: "${query}" scores match`,
       );
     }
   };
-  for (let i = 0; i < 3000; i++) (live.set(nextId, text()), index.add(nextId++, live.get(nextId - 1)!));
+  const addChunk = () => {
+    const chunk = text();
+    live.set(nextId, chunk);
+    index.add(nextId++, chunk);
+  };
+  for (let i = 0; i < 3000; i++) addChunk();
   compare('fresh');
   // More than 1000 removals and a fifth of the chunks: the postings are compacted and the slots freed.
   for (const id of [...live.keys()].filter(() => random() < 0.6)) {
@@ -149,7 +154,7 @@ t.test('BM25 ranks as the formula does, through removals, compaction and reused 
   }
   index.remove(99);
   compare('after removals');
-  for (let i = 0; i < 1500; i++) (live.set(nextId, text()), index.add(nextId++, live.get(nextId - 1)!));
+  for (let i = 0; i < 1500; i++) addChunk();
   compare('with freed slots reused');
   t.equal(index.size, live.size);
   t.ok(index.has(nextId - 1), 'the newest chunk is indexed');
