@@ -4,6 +4,8 @@ import { isSovereign } from '../config/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog, Readiness } from '../models/index.js';
 import type { AuditHealth, AuditService } from '../audit/index.js';
+import type { EgressHealth, EgressService } from '../egress/index.js';
+import type { BootReport } from '../service/boots.js';
 
 export interface HealthReport {
   status: 'ok' | 'degraded';
@@ -17,6 +19,10 @@ export interface HealthReport {
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   /** Entries logged, what signs checkpoints (tpm, software, or null when nothing can), the latest checkpoint. */
   audit: AuditHealth | null;
+  /** Sealed postures only: outbound attempts refused, and the kernel's egress count under systemd. */
+  egress?: EgressHealth;
+  /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
+  service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
 }
 
 export function healthReport(
@@ -25,6 +31,8 @@ export function healthReport(
   engines: EngineRegistry,
   state: { startedAt: number },
   audit?: AuditService,
+  egress?: EgressService,
+  boots?: BootReport,
 ): HealthReport {
   const models = catalog.all().map((m) => ({
     id: m.id,
@@ -35,7 +43,7 @@ export function healthReport(
   }));
   const auditHealth = audit?.health() ?? null;
   const degraded = models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem);
-  return {
+  const report: HealthReport = {
     status: degraded ? 'degraded' : 'ok',
     posture: config.posture,
     region: config.region,
@@ -45,4 +53,8 @@ export function healthReport(
     unavailable_models: catalog.unavailable(),
     audit: auditHealth,
   };
+  const egressHealth = egress?.health();
+  if (egressHealth) report.egress = egressHealth;
+  if (boots) report.service = { ...boots, systemd: egress?.systemdRestarts() ?? null };
+  return report;
 }

@@ -25,6 +25,8 @@ import type { KeyRegistry } from '../keys/index.js';
 import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
+import type { EgressService } from '../egress/index.js';
+import type { BootReport } from '../service/boots.js';
 import { newCallContext, type RouteDeclaration } from './context.js';
 import { onCallEnd } from './lifetime.js';
 
@@ -47,6 +49,10 @@ export interface PipelineDeps {
   audit?: AuditService;
   /** Knowledge bases and their documents. */
   documents?: DocumentLibrary;
+  /** The sealed postures' egress guard and counters (health's egress object). */
+  egress?: EgressService;
+  /** Boots of this data dir and how the last run stopped (health's service object). */
+  boots?: BootReport;
 }
 
 type Hook = 'onRequest' | 'preHandler';

@@ -12,8 +12,12 @@ import { KeyRegistry } from '../keys/index.js';
 import { InFlightGate, KeyLimits } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
+import { scannerKind } from '../scrub/index.js';
 import { openStore } from '../store/index.js';
+import { EgressService } from '../egress/index.js';
+import { BootLog } from './boots.js';
 import { lockDataDir } from './lock.js';
+import { passedListenFd, systemdNotifier } from './systemd.js';
 import { startModels, type ModelsRuntime } from './models.js';
 
 export interface Daemon {
@@ -68,6 +72,16 @@ export async function startDaemon(
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
   };
   const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
+  // Before anything else can reach out (the TPM signer, the engines): on sealed postures every attempt is refused.
+  const egress = new EgressService(config, store, app.log);
+  egress.start();
+  deps.egress = egress;
+  const boots = new BootLog(store);
+  deps.boots = boots.report;
+  if (boots.report.previous_stop === 'crash') {
+    app.log.warn({ boots: boots.report.boots, crashes: boots.report.crashes }, 'the previous run did not stop cleanly');
+  }
+  const notifier = systemdNotifier(app.log);
   const documents = new DocumentLibrary(store, {
     chunksPerDocument: config.documents.maxChunksPerDocument,
     documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
@@ -77,24 +91,33 @@ export async function startDaemon(
   deps.documents = documents;
 
   let audit: AuditService | undefined;
+  const passedFd = passedListenFd();
   try {
     // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
     // ever answered without the audit log.
     audit = await AuditService.open(config, store, app.log);
     deps.audit = audit;
-    await app.listen({ host: listenHost(config), port: config.listen.port });
+    // A socket systemd passed (socket activation) is already bound; listen() takes it over.
+    if (passedFd !== null) await app.listen({ fd: passedFd, host: '0.0.0.0' } as unknown as { port: number; host: string });
+    else await app.listen({ host: listenHost(config), port: config.listen.port });
   } catch (err) {
     await app.close();
     await audit?.close();
+    egress.close();
     await store.close();
     unlock();
     throw err;
   }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.listen.port;
-  const host = listenHost(config).includes(':') ? `[${listenHost(config)}]` : listenHost(config);
+  const boundHost = passedFd !== null && typeof address === 'object' && address ? address.address : listenHost(config);
+  const host = boundHost.includes(':') ? `[${boundHost}]` : boundHost;
   const url = `${https ? 'https' : 'http'}://${host}:${port}/v1`;
-  app.log.info({ posture: config.posture, region: config.region, url, dataDir: config.dataDir }, 'sovereign is serving');
+  app.log.info(
+    { posture: config.posture, region: config.region, url, dataDir: config.dataDir, scrubScanner: scannerKind },
+    'sovereign is serving',
+  );
+  notifier.ready(`serving ${url} (${config.posture})`);
   // Models verify and load after the server listens: health and 503 model_not_ready tell clients while they do.
   const models = startModels({ config, manifest, store, catalog, engines, log: app.log });
   // Saved vector graphs are checked (and damaged ones rebuilt) in the background; a query waits for its own.
@@ -108,6 +131,7 @@ export async function startDaemon(
     close() {
       closing ??= (async () => {
         state.draining = true;
+        notifier.stopping();
         let timer: NodeJS.Timeout | undefined;
         const graceOver = new Promise<'timeout'>((resolve) => {
           timer = setTimeout(() => resolve('timeout'), config.timeouts.shutdownGraceMs);
@@ -128,6 +152,8 @@ export async function startDaemon(
         await documents.close();
         // A last checkpoint covering every call answered.
         await audit.close();
+        egress.close();
+        boots.stopped();
         await store.close();
         unlock();
         app.log.info('sovereign stopped');

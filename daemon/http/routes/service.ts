@@ -23,7 +23,9 @@ export function registerServiceRoutes(v1: FastifyInstance, deps: PipelineDeps): 
     owned_by: sovereign ? m.ownedBy : `${m.ownedBy} (non-sovereign)`,
   });
 
-  v1.get('/health', AUTHENTICATED, async () => healthReport(deps.config, deps.catalog, deps.engines, deps.state, deps.audit));
+  v1.get('/health', AUTHENTICATED, async () =>
+    healthReport(deps.config, deps.catalog, deps.engines, deps.state, deps.audit, deps.egress, deps.boots),
+  );
 
   v1.get('/models', AUTHENTICATED, async () => ({ object: 'list', data: deps.catalog.listed().map(modelObject) }));
 
