@@ -3,11 +3,12 @@
 // .socket unit) and reports READY=1, WATCHDOG=1 and STOPPING=1 to $NOTIFY_SOCKET (a unix datagram socket this test
 // binds, standing in for systemd's).
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
+import { systemdUnit } from '../daemon/egress/index.js';
 import { BIN, createKey, ROOT, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 
@@ -125,4 +126,15 @@ t.test('socket activation, READY=1, WATCHDOG=1 and STOPPING=1', async (t) => {
   process.kill(mainPid, 'SIGTERM');
   await waitFor((m) => m === 'STOPPING=1', 'STOPPING=1');
   t.equal(await exited, 0, 'a clean exit');
+});
+
+t.test('the systemd unit is read from the cgroup, only when systemd started the process', async (t) => {
+  const dir = tempDir(t);
+  const cgroup = join(dir, 'cgroup');
+  writeFileSync(cgroup, '0::/system.slice/sovereign.service\n');
+  t.equal(systemdUnit({ INVOCATION_ID: 'abc' }, cgroup), 'sovereign.service');
+  t.equal(systemdUnit({}, cgroup), null, 'no INVOCATION_ID: not run by systemd');
+  writeFileSync(cgroup, '0::/user.slice/user-0.slice/session-1.scope\n');
+  t.equal(systemdUnit({ INVOCATION_ID: 'abc' }, cgroup), null, 'a scope is not a service');
+  t.equal(systemdUnit({ INVOCATION_ID: 'abc' }, join(dir, 'missing')), null);
 });
