@@ -54,8 +54,8 @@ t.test(
     t.equal(egress.guard, 'on');
     t.equal(egress.refused_since_boot, first.refusable.length, 'each refused attempt counted once');
     t.equal(egress.refused_since_first_boot, first.refusable.length);
-    t.same(egress.by_channel, { tcp: 6, udp: 2, dns: 3, process: 2 }, 'by channel');
-    t.same(egress.by_destination, { public: 5, private: 1, hostname: 4, multicast: 1, program: 2 }, 'by destination');
+    t.same(egress.by_channel, { tcp: 7, udp: 4, dns: 5, process: 3 }, 'by channel');
+    t.same(egress.by_destination, { public: 8, private: 1, hostname: 5, multicast: 2, program: 3 }, 'by destination');
     t.match(egress.last_refused_at, /^\d{4}-\d\d-\d\dT/);
     t.equal(egress.kernel, null, 'not run by systemd: no kernel accounting');
     t.match(first.health.service, { boots: 1, crashes: 0, previous_stop: null, systemd: null });

@@ -74,38 +74,58 @@ export function addressKind(address: string): DestinationKind | 'loopback' {
   return 'public';
 }
 
-/** Names that resolve to loopback without asking a DNS server (RFC 6761). */
-function isLocalName(host: string): boolean {
-  const name = host.toLowerCase().replace(/\.$/, '');
-  return name === 'localhost' || name.endsWith('.localhost');
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // The wrapped entry points
 
-/** Installed policies, the newest in force (several daemons may run in one process, as in tests). */
+/** Installed policies (several daemons may run in one process, as in tests): an attempt any of them refuses fails. */
 const policies: EgressPolicy[] = [];
-let policy: EgressPolicy | null = null;
 const originals: Array<() => void> = [];
 
 const lastFunction = (args: unknown[]) => [...args].reverse().find((a) => typeof a === 'function') as ((err: Error) => void) | undefined;
 
-/** Refuses (returns the error) or lets through (null) an attempt to reach `host`. */
-function judgeHost(channel: EgressChannel, host: string, port: number | string | undefined): EgressRefusedError | null {
-  if (!policy) return null;
-  const destination = port === undefined ? host : `${host}:${port}`;
-  if (net.isIP(host.replace(/^\[|\]$/g, ''))) {
-    const kind = addressKind(host);
-    if (kind === 'loopback' || policy.insideAddresses.includes(host)) return null;
-    return refuse({ channel, kind, destination });
-  }
-  if (isLocalName(host)) return null;
-  return refuse({ channel, kind: 'hostname', destination });
+/** Refuses the attempt for every policy that does not allow it: each counts it; null when all allow it. */
+function judge(attempt: RefusedAttempt, allows: (p: EgressPolicy) => boolean): EgressRefusedError | null {
+  const refusing = policies.filter((p) => !allows(p));
+  if (!refusing.length) return null;
+  for (const p of refusing) p.onRefused(attempt);
+  return new EgressRefusedError(attempt);
 }
 
-function refuse(attempt: RefusedAttempt): EgressRefusedError {
-  policy?.onRefused(attempt);
-  return new EgressRefusedError(attempt);
+/**
+ * Refuses (returns the error) or lets through (null) an attempt to reach `host`: an IP address that is loopback or
+ * inside, or, where `localName` allows it, exactly "localhost" (resolved by a lookup that is itself judged).
+ */
+function judgeHost(channel: EgressChannel, host: string, port: unknown, localName = false): EgressRefusedError | null {
+  if (!policies.length) return null;
+  const destination = typeof port === 'number' || typeof port === 'string' ? `${host}:${port}` : host;
+  const bare = host.replace(/^\[|\]$/g, '');
+  if (net.isIP(bare)) {
+    const kind = addressKind(bare);
+    return judge(
+      { channel, kind: kind === 'loopback' ? 'public' : kind, destination },
+      (p) => kind === 'loopback' || p.insideAddresses.includes(bare),
+    );
+  }
+  if (localName && host.toLowerCase() === 'localhost') return null;
+  return judge({ channel, kind: 'hostname', destination }, () => false);
+}
+
+type LookupCallback = (err: Error | null, address: string | Array<{ address: string }>, family?: number) => void;
+type Lookup = (host: string, options: object, callback: LookupCallback) => void;
+
+/** A lookup (the caller's own, or Node's) whose answers are judged too: "localhost" must come back as loopback. */
+function judgedLookup(lookup: Lookup | undefined): Lookup {
+  const inner = lookup ?? dnsLookup;
+  return (host, options, callback) =>
+    inner(host, options, (err, address, family) => {
+      if (err) return callback(err, address, family);
+      const addresses = Array.isArray(address) ? address.map((a) => a.address) : [address];
+      for (const a of addresses) {
+        const refused = judgeHost('tcp', a, undefined);
+        if (refused) return callback(refused, address, family);
+      }
+      callback(null, address, family);
+    });
 }
 
 function wrap<T extends object, K extends keyof T>(target: T, key: K, make: (original: T[K]) => T[K]): void {
@@ -118,18 +138,11 @@ function wrap<T extends object, K extends keyof T>(target: T, key: K, make: (ori
 
 type AnyFunction = (...args: unknown[]) => unknown;
 
-/** The host and port a net.Socket#connect call is for; null for a unix socket (local by nature). */
-function connectTarget(args: unknown[]): { host: string; port: unknown } | null {
-  // net.connect passes its arguments already normalised, as [options, callback].
-  let first = Array.isArray(args[0]) ? (args[0] as unknown[])[0] : args[0];
-  if (typeof first === 'number' || (typeof first === 'string' && /^\d+$/.test(first))) {
-    first = { port: first, host: typeof args[1] === 'string' ? args[1] : undefined };
-  }
-  if (typeof first === 'string') return null;
-  const options = (first ?? {}) as { path?: unknown; host?: unknown; port?: unknown };
-  if (options.path !== undefined && options.path !== null) return null;
-  return { host: typeof options.host === 'string' && options.host ? options.host : 'localhost', port: options.port };
-}
+/** Node's own rule (net.js toNumber): a string that reads as a number of zero or more is a port, else a pipe. */
+const isPort = (value: unknown) => typeof value === 'number' || (typeof value === 'string' && Number(value) >= 0);
+
+/** Node's bound dns.lookup, taken before it is wrapped (the judged lookup for "localhost" calls it). */
+const dnsLookup = dns.lookup.bind(dns);
 
 function guardTcp(): void {
   wrap(
@@ -137,30 +150,50 @@ function guardTcp(): void {
     'connect',
     (original) =>
       function connect(this: net.Socket, ...args: unknown[]) {
-        const target = connectTarget(args);
-        const refused = target && judgeHost('tcp', target.host, target.port as number);
+        // net.connect passes its arguments already normalised, as [options, callback]; Socket#connect may also be
+        // called as (options[, cb]), (path[, cb]) or (port[, host][, cb]).
+        const normalised = Array.isArray(args[0]);
+        const first = normalised ? (args[0] as unknown[])[0] : args[0];
+        let options: { path?: unknown; host?: unknown; port?: unknown; lookup?: unknown };
+        let rest: unknown[];
+        if (isPort(first)) {
+          options = { port: first, ...(typeof args[1] === 'string' ? { host: args[1] } : {}) };
+          rest = args.slice(typeof args[1] === 'string' ? 2 : 1);
+        } else if (typeof first === 'string' || (typeof first === 'object' && first !== null && (first as { path?: unknown }).path)) {
+          // A unix socket: local by nature.
+          return (original as AnyFunction).apply(this, args);
+        } else {
+          options = { ...(first ?? {}) };
+          rest = normalised ? (args[0] as unknown[]).slice(1) : args.slice(1);
+        }
+        const host = typeof options.host === 'string' && options.host ? options.host : 'localhost';
+        const refused = judgeHost('tcp', host, options.port, true);
         if (refused) {
           process.nextTick(() => this.destroy(refused));
           return this;
         }
-        return (original as AnyFunction).apply(this, args);
+        // "localhost" is resolved, by the caller's lookup or Node's: what it resolves to is judged as well.
+        options.lookup = judgedLookup(options.lookup as Lookup | undefined);
+        return (original as AnyFunction).apply(this, [options, ...rest]);
       } as typeof original,
   );
 }
 
 function guardUdp(): void {
+  // UDP reaches addresses only: a name (even "localhost", which a socket's own lookup could map anywhere) is refused.
   wrap(
     dgram.Socket.prototype,
     'send',
     (original) =>
       function send(this: dgram.Socket, ...args: unknown[]) {
-        // send(msg[, offset, length], port[, address][, callback]); without a port the socket is connected (and its
+        // Node's own reading (dgram.js): send(msg, offset, length, port, address, cb) when an address or a port is in
+        // the long form's places, else send(msg, port, address, cb); no port means the socket is connected (and its
         // connect was judged).
-        const withOffset = typeof args[1] === 'number' && typeof args[2] === 'number' && typeof args[3] === 'number';
-        const port = withOffset ? args[3] : args[1];
-        const address = withOffset ? args[4] : args[2];
-        if (typeof port === 'number') {
-          const refused = judgeHost('udp', typeof address === 'string' ? address : 'localhost', port);
+        const long = Boolean(args[4]) || (Boolean(args[3]) && typeof args[3] !== 'function');
+        const port = long ? args[3] : args[1];
+        const address = long ? args[4] : args[2];
+        if (port !== undefined && typeof port !== 'function') {
+          const refused = judgeHost('udp', typeof address === 'string' && address ? address : '127.0.0.1', port);
           if (refused) {
             const callback = lastFunction(args);
             process.nextTick(() => (callback ? callback(refused) : this.emit('error', refused)));
@@ -175,16 +208,31 @@ function guardUdp(): void {
     'connect',
     (original) =>
       function connect(this: dgram.Socket, ...args: unknown[]) {
-        const address = typeof args[1] === 'string' ? args[1] : 'localhost';
-        const refused = judgeHost('udp', address, args[0] as number);
+        const address = typeof args[1] === 'string' && args[1] ? args[1] : '127.0.0.1';
+        const refused = judgeHost('udp', address, args[0]);
         if (refused) {
-          // connect's callback is a 'connect' listener: a failure goes to the 'error' event, as Node's own do.
-          process.nextTick(() => this.emit('error', refused));
+          // As Node does with a failed connect: to the callback if there is one, else the 'error' event.
+          const callback = lastFunction(args);
+          process.nextTick(() => (callback ? callback(refused) : this.emit('error', refused)));
           return;
         }
         return (original as AnyFunction).apply(this, args);
       },
   );
+  // Joining a multicast group sends a membership report to the network.
+  for (const method of ['addMembership', 'addSourceSpecificMembership'] as const) {
+    wrap(
+      dgram.Socket.prototype,
+      method,
+      (original) =>
+        function join(this: dgram.Socket, ...args: unknown[]) {
+          const group = String(method === 'addMembership' ? args[0] : args[1]);
+          const refused = judgeHost('udp', group, undefined);
+          if (refused) throw refused;
+          return (original as AnyFunction).apply(this, args);
+        },
+    );
+  }
 }
 
 const RESOLVER_METHODS = [
@@ -205,11 +253,17 @@ const RESOLVER_METHODS = [
 ] as const;
 
 function guardDns(): void {
-  // Callback form: the error goes to the callback, as a failed lookup's would.
-  const callbackStyle = (original: AnyFunction) =>
+  // lookup (getaddrinfo) of an address or of exactly "localhost" asks no server; resolver queries (c-ares, which
+  // skips /etc/hosts), reverse lookups and lookupService always ask one, so they are refused whatever the name.
+  const refusal = (method: string, name: string) =>
+    method === 'lookup'
+      ? net.isIP(name)
+        ? null
+        : judgeHost('dns', name, undefined, true)
+      : judge({ channel: 'dns', kind: net.isIP(name) ? addressKindForCount(name) : 'hostname', destination: name }, () => false);
+  const callbackStyle = (method: string, original: AnyFunction) =>
     function guarded(this: unknown, ...args: unknown[]) {
-      const name = String(args[0]);
-      const refused = net.isIP(name) ? null : judgeHost('dns', name, undefined);
+      const refused = policies.length ? refusal(method, String(args[0])) : null;
       if (refused) {
         const callback = lastFunction(args);
         if (!callback) throw refused;
@@ -218,34 +272,47 @@ function guardDns(): void {
       }
       return original.apply(this, args);
     };
-  const promiseStyle = (original: AnyFunction) =>
+  const promiseStyle = (method: string, original: AnyFunction) =>
     function guarded(this: unknown, ...args: unknown[]) {
-      const name = String(args[0]);
-      const refused = net.isIP(name) ? null : judgeHost('dns', name, undefined);
+      const refused = policies.length ? refusal(method, String(args[0])) : null;
       return refused ? Promise.reject(refused) : original.apply(this, args);
     };
   const dnsModule = dns as unknown as Record<string, AnyFunction>;
   const promises = dns.promises as unknown as Record<string, AnyFunction>;
   for (const method of ['lookup', 'lookupService', ...RESOLVER_METHODS]) {
-    if (typeof dnsModule[method] === 'function') wrap(dnsModule, method, (o) => callbackStyle(o));
-    if (typeof promises[method] === 'function') wrap(promises, method, (o) => promiseStyle(o));
+    if (typeof dnsModule[method] === 'function') wrap(dnsModule, method, (o) => callbackStyle(method, o));
+    if (typeof promises[method] === 'function') wrap(promises, method, (o) => promiseStyle(method, o));
   }
   const resolver = dns.Resolver.prototype as unknown as Record<string, AnyFunction>;
   const promiseResolver = dns.promises.Resolver.prototype as unknown as Record<string, AnyFunction>;
   for (const method of RESOLVER_METHODS) {
-    if (typeof resolver[method] === 'function') wrap(resolver, method, (o) => callbackStyle(o));
-    if (typeof promiseResolver[method] === 'function') wrap(promiseResolver, method, (o) => promiseStyle(o));
+    if (typeof resolver[method] === 'function') wrap(resolver, method, (o) => callbackStyle(method, o));
+    if (typeof promiseResolver[method] === 'function') wrap(promiseResolver, method, (o) => promiseStyle(method, o));
   }
 }
 
-function judgeProgram(file: unknown, args: unknown): EgressRefusedError | null {
-  const list = Array.isArray(args) ? args.filter((a): a is string => typeof a === 'string') : [];
-  if (!policy || typeof file !== 'string' || policy.programAllowed(file, list)) return null;
-  return refuse({ channel: 'process', kind: 'program', destination: basename(file) });
+/** An address's kind for the count (a loopback address asked of a DNS server still reaches the server). */
+function addressKindForCount(address: string): DestinationKind {
+  const kind = addressKind(address);
+  return kind === 'loopback' ? 'public' : kind;
 }
 
+function judgeProgram(file: unknown, args: unknown, shell = false): EgressRefusedError | null {
+  if (!policies.length) return null;
+  const list = Array.isArray(args) ? args.filter((a): a is string => typeof a === 'string') : [];
+  // A shell runs whatever its command line says: judged as the shell, which no policy allows.
+  const program = shell ? '/bin/sh' : typeof file === 'string' ? file : '';
+  return judge({ channel: 'process', kind: 'program', destination: basename(program) }, (p) =>
+    shell ? p.programAllowed('/bin/sh', ['-c', ...list]) : p.programAllowed(program, list),
+  );
+}
+
+/** The options argument of a sync child_process call: after the argument list, or in its place. */
+const syncOptions = (args: unknown[]) => (Array.isArray(args[1]) ? args[2] : args[1]) as { shell?: unknown } | undefined;
+
 function guardProcesses(): void {
-  // spawn, exec, execFile and fork all create a ChildProcess and call its spawn() with the file to run.
+  // spawn, exec, execFile and fork all create a ChildProcess and call its spawn() with the file to run (for a shell
+  // command, the shell) and the whole argument list.
   // (Not in the type definitions, but what every async form calls.)
   const prototype = childProcess.ChildProcess.prototype as unknown as Record<string, AnyFunction>;
   wrap(
@@ -261,32 +328,28 @@ function guardProcesses(): void {
   );
   // The sync forms call the binding directly; exec's runs a shell.
   const sync = childProcess as unknown as Record<string, AnyFunction>;
-  wrap(
-    sync,
-    'spawnSync',
-    (original) =>
-      function spawnSync(this: unknown, ...args: unknown[]) {
-        const refused = judgeProgram(args[0], args[1]);
-        if (refused) throw refused;
-        return original.apply(this, args);
-      },
-  );
-  wrap(
-    sync,
-    'execFileSync',
-    (original) =>
-      function execFileSync(this: unknown, ...args: unknown[]) {
-        const refused = judgeProgram(args[0], args[1]);
-        if (refused) throw refused;
-        return original.apply(this, args);
-      },
-  );
+  for (const method of ['spawnSync', 'execFileSync'] as const) {
+    wrap(
+      sync,
+      method,
+      (original) =>
+        function guarded(this: unknown, ...args: unknown[]) {
+          const refused = judgeProgram(
+            args[0],
+            Array.isArray(args[1]) ? [args[0], ...(args[1] as unknown[])] : [args[0]],
+            Boolean(syncOptions(args)?.shell),
+          );
+          if (refused) throw refused;
+          return original.apply(this, args);
+        },
+    );
+  }
   wrap(
     sync,
     'execSync',
     (original) =>
       function execSync(this: unknown, ...args: unknown[]) {
-        const refused = judgeProgram('/bin/sh', ['-c', args[0]]);
+        const refused = judgeProgram('/bin/sh', [args[0]], true);
         if (refused) throw refused;
         return original.apply(this, args);
       },
@@ -294,8 +357,8 @@ function guardProcesses(): void {
 }
 
 /**
- * Puts the guard in place for the whole process with this policy (the newest installed is in force). Returns what
- * takes the policy away again; with the last one gone, the built-ins are restored.
+ * Puts the guard in place for the whole process with this policy (with several installed, an attempt any of them
+ * refuses fails). Returns what takes the policy away again; with the last one gone, the built-ins are restored.
  */
 export function installEgressGuard(next: EgressPolicy): () => void {
   if (!policies.length) {
@@ -307,12 +370,10 @@ export function installEgressGuard(next: EgressPolicy): () => void {
     syncBuiltinESMExports();
   }
   policies.push(next);
-  policy = next;
   return () => {
     const at = policies.indexOf(next);
     if (at < 0) return;
     policies.splice(at, 1);
-    policy = policies[policies.length - 1] ?? null;
     if (policies.length) return;
     while (originals.length) originals.pop()!();
     syncBuiltinESMExports();

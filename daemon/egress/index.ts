@@ -33,6 +33,16 @@ const KERNEL_REFRESH_MS = 15_000;
 /** node-llama-cpp checks that a prebuilt binary loads by forking Node to run one of its own files. */
 const LLAMA_BINARY_TEST = /[\\/]node_modules[\\/]node-llama-cpp[\\/]dist[\\/]bindings[\\/]utils[\\/]testBindingBinary\.js$/;
 
+/** Node flags that run code other than the script named. */
+const CODE_FLAGS = /^(?:-e|--eval|-p|--print|-r|--require|--import|--loader|--experimental-loader|-i|--interactive)(?:=|$)/;
+
+/** argv (argv[0] is Node) runs node-llama-cpp's binary test and nothing else: no flag that brings code of its own. */
+function runsOnlyLlamaBinaryTest(argv: readonly string[]): boolean {
+  const rest = argv.slice(1);
+  const script = rest.findIndex((arg) => !arg.startsWith('-'));
+  return script >= 0 && LLAMA_BINARY_TEST.test(rest[script]!) && !rest.slice(0, script).some((arg) => CODE_FLAGS.test(arg));
+}
+
 /**
  * Programs the daemon itself starts: tpm2-tools (the audit signer), ffmpeg (speech decoding), nvidia-smi (the
  * hardware probe), systemctl (the kernel's counters), matched by file name; and Node itself only to run
@@ -43,7 +53,7 @@ function programAllowed(config: Config): (file: string, args: readonly string[])
   return (file, args) => {
     const name = basename(file);
     if (names.has(name) || /^tpm2_[a-z0-9_]+$/.test(name)) return true;
-    return file === process.execPath && args.some((arg) => LLAMA_BINARY_TEST.test(arg));
+    return file === process.execPath && runsOnlyLlamaBinaryTest(args);
   };
 }
 

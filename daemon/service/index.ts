@@ -72,6 +72,10 @@ export async function startDaemon(
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
   };
   const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
+  // Taken (and the variables removed) before any program is started, so that none inherits them.
+  const passed = passedListenFd();
+  if (passed && passed.count > 1) app.log.warn({ sockets: passed.count }, 'systemd passed several sockets; serving on the first');
+  const passedFd = passed?.fd ?? null;
   // Before anything else can reach out (the TPM signer, the engines): on sealed postures every attempt is refused.
   const egress = new EgressService(config, store, app.log);
   egress.start();
@@ -91,7 +95,6 @@ export async function startDaemon(
   deps.documents = documents;
 
   let audit: AuditService | undefined;
-  const passedFd = passedListenFd();
   try {
     // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
     // ever answered without the audit log.
@@ -104,6 +107,9 @@ export async function startDaemon(
     await app.close();
     await audit?.close();
     egress.close();
+    // A start that failed is not a crash; systemd hears it is over, and the notify socket is closed.
+    boots.stopped();
+    notifier.stopping();
     await store.close();
     unlock();
     throw err;

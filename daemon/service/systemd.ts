@@ -11,7 +11,7 @@ const FIRST_PASSED_FD = 3;
  * inherited by children, who must not take the socket). The variables are removed so that programs started later
  * do not see them.
  */
-export function passedListenFd(env: NodeJS.ProcessEnv = process.env): number | null {
+export function passedListenFd(env: NodeJS.ProcessEnv = process.env): { fd: number; count: number } | null {
   const pid = env.LISTEN_PID;
   const count = Number(env.LISTEN_FDS);
   if (pid === undefined) return null;
@@ -19,7 +19,7 @@ export function passedListenFd(env: NodeJS.ProcessEnv = process.env): number | n
   delete env.LISTEN_FDS;
   delete env.LISTEN_FDNAMES;
   if (pid !== String(process.pid) || !Number.isInteger(count) || count < 1) return null;
-  return FIRST_PASSED_FD;
+  return { fd: FIRST_PASSED_FD, count };
 }
 
 interface DgramSocket {
@@ -36,7 +36,7 @@ export interface Notifier {
   /** READY=1 with a status line; starts the watchdog pings if systemd asked for them. */
   ready(status: string): void;
   status(status: string): void;
-  /** STOPPING=1; stops the watchdog pings. */
+  /** STOPPING=1; stops the watchdog pings and closes the socket. */
   stopping(): void;
 }
 
