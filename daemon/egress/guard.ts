@@ -3,8 +3,8 @@
 // an attempt to reach anything but loopback is refused before a packet is sent, and reported.
 //
 // Covered: TCP (net.Socket#connect: net, tls, http, https, http2, fetch/undici and WebSocket all end there), UDP
-// (dgram send and connect), DNS (dns and dns/promises lookups and every resolver query), and programs started through
-// child_process (spawn, exec, execFile, fork, and their sync forms) unless they are on the allowed list. Not covered,
+// (dgram send, connect and multicast joins), DNS (dns and dns/promises lookups and every resolver query), and
+// programs started through child_process (spawn, exec, execFile, fork, and their sync forms) unless allowed. Not covered,
 // and only the kernel can stop it (systemd's IPAddressDeny= or PrivateNetwork=, see docs/egress.md): native code that
 // opens sockets itself (an addon, a library's own threads), worker threads (each has its own copy of these modules),
 // and what an allowed program does.
