@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import net from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
-import { systemdUnit } from '../daemon/egress/index.js';
+import { parseAccounting, systemdUnit } from '../daemon/egress/index.js';
 import { BIN, createKey, ROOT, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 
@@ -137,4 +137,18 @@ t.test('the systemd unit is read from the cgroup, only when systemd started the 
   writeFileSync(cgroup, '0::/user.slice/user-0.slice/session-1.scope\n');
   t.equal(systemdUnit({ INVOCATION_ID: 'abc' }, cgroup), null, 'a scope is not a service');
   t.equal(systemdUnit({ INVOCATION_ID: 'abc' }, join(dir, 'missing')), null);
+});
+
+t.test('the kernel accounting systemctl prints is read; counters that are off read as null', async (t) => {
+  t.match(parseAccounting('sovereign.service', 'IPEgressBytes=0\nIPEgressPackets=0\nNRestarts=2\n'), {
+    unit: 'sovereign.service',
+    ipEgressBytes: 0,
+    ipEgressPackets: 0,
+    restarts: 2,
+  });
+  t.match(parseAccounting('sovereign.service', 'IPEgressBytes=[not set]\nIPEgressPackets=18446744073709551615\nNRestarts=0\n'), {
+    ipEgressBytes: null,
+    ipEgressPackets: null,
+    restarts: 0,
+  });
 });

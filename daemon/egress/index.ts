@@ -10,7 +10,7 @@ import { installEgressGuard, type RefusedAttempt } from './guard.js';
 import { readKernelAccounting, systemdUnit, type KernelAccounting } from './kernel.js';
 
 export { addressKind, EgressRefusedError, type RefusedAttempt } from './guard.js';
-export { systemdUnit } from './kernel.js';
+export { parseAccounting, systemdUnit } from './kernel.js';
 
 export interface EgressHealth {
   guard: 'on';

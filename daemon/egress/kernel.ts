@@ -31,10 +31,18 @@ export function systemdUnit(env: NodeJS.ProcessEnv = process.env, cgroupFile = '
   }
 }
 
-const number = (value: string | undefined) => (value && /^\d+$/.test(value) ? Number(value) : null);
+const number = (value: string | undefined) => (value && /^\d+$/.test(value) && value !== '18446744073709551615' ? Number(value) : null);
 
 export async function readKernelAccounting(unit: string): Promise<KernelAccounting> {
   const { stdout } = await execa('systemctl', ['show', unit, '--property=IPEgressBytes,IPEgressPackets,NRestarts'], { timeout: 5000 });
+  return parseAccounting(unit, stdout);
+}
+
+/**
+ * `systemctl show` output ("IPEgressBytes=0" lines) as accounting; systemd prints "[not set]" (or the largest
+ * 64-bit number) for a counter that is off, read as null.
+ */
+export function parseAccounting(unit: string, stdout: string): KernelAccounting {
   const values = new Map(stdout.split('\n').map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)] as const));
   return {
     unit,
