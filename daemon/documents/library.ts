@@ -123,7 +123,13 @@ export class DocumentLibrary {
     const knowledgeBases = new Set<string>();
     for (const key of this.listing.getKeys()) knowledgeBases.add(key.slice(0, key.indexOf('/', key.indexOf('/') + 1)));
     const lexical = (async () => {
-      for (const kb of knowledgeBases) await this.lexicalIndex(kb);
+      for (const kb of knowledgeBases) {
+        // A shutdown during the builds stops them; that is not a failure to open.
+        if (this.closing) return;
+        await this.lexicalIndex(kb).catch((err: unknown) => {
+          if (!this.closing) throw err;
+        });
+      }
     })();
     await Promise.all([lexical, this.vectors.openAll()]);
   }
