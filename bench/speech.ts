@@ -21,6 +21,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
+import { PcmWindows } from '../daemon/speech/decode.js';
 import { speech } from '../test/fixtures/audio.js';
 import { writeTinyWhisperModel } from '../test/fixtures/whisper.js';
 
@@ -84,26 +85,12 @@ function ffmpegArgs(input: string): string[] {
 async function* windows(input: string): AsyncGenerator<ArrayBuffer> {
   const ffmpeg = spawn('ffmpeg', ffmpegArgs(input), { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise<number | null>((res) => ffmpeg.on('close', res));
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  const take = (size: number): ArrayBuffer => {
-    const all = Buffer.concat(pending, pendingBytes);
-    const out = new ArrayBuffer(size);
-    new Uint8Array(out).set(all.subarray(0, size));
-    const rest = all.subarray(size);
-    pending = rest.length ? [Buffer.from(rest)] : [];
-    pendingBytes = rest.length;
-    return out;
-  };
-  for await (const chunk of ffmpeg.stdout as AsyncIterable<Buffer>) {
-    pending.push(chunk);
-    pendingBytes += chunk.length;
-    while (pendingBytes >= WINDOW_BYTES) yield take(WINDOW_BYTES);
-  }
+  const pcm = new PcmWindows(WINDOW_BYTES);
+  for await (const chunk of ffmpeg.stdout as AsyncIterable<Buffer>) yield* pcm.push(chunk);
   const code = await exited;
   if (code !== 0) throw new Error(`ffmpeg exited ${code} on ${input}`);
-  const last = pendingBytes - (pendingBytes % 2);
-  if (last) yield take(last);
+  const last = pcm.rest();
+  if (last) yield last;
 }
 
 interface Round {

@@ -14,6 +14,39 @@ export const SAMPLE_RATE = 16_000;
 const BYTES_PER_SAMPLE = 2;
 
 /** An upload that is not audio ffmpeg can decode, or that breaks a limit; the message says which. */
+/** 16-bit PCM as it arrives in chunks, cut into windows of a fixed size (each its own ArrayBuffer, for the engine). */
+export class PcmWindows {
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+
+  constructor(private readonly windowBytes: number) {}
+
+  /** Adds a chunk; returns the windows it completed. */
+  push(chunk: Buffer): ArrayBuffer[] {
+    this.pending.push(chunk);
+    this.pendingBytes += chunk.length;
+    const out: ArrayBuffer[] = [];
+    while (this.pendingBytes >= this.windowBytes) out.push(this.take(this.windowBytes));
+    return out;
+  }
+
+  /** What is left once the audio has ended, in whole samples; null when nothing is. */
+  rest(): ArrayBuffer | null {
+    const last = this.pendingBytes - (this.pendingBytes % BYTES_PER_SAMPLE);
+    return last ? this.take(last) : null;
+  }
+
+  private take(size: number): ArrayBuffer {
+    const all = Buffer.concat(this.pending, this.pendingBytes);
+    const out = new ArrayBuffer(size);
+    new Uint8Array(out).set(all.subarray(0, size));
+    const rest = all.subarray(size);
+    this.pending = rest.length ? [Buffer.from(rest)] : [];
+    this.pendingBytes = rest.length;
+    return out;
+  }
+}
+
 export class AudioError extends Error {
   constructor(
     message: string,
@@ -58,22 +91,9 @@ export async function* decodeWindows(bytes: Uint8Array, options: DecodeOptions):
         maxBuffer: { stderr: 64 * 1024 },
       },
     );
-    const windowBytes = options.windowSeconds * SAMPLE_RATE * BYTES_PER_SAMPLE;
-    let pending: Buffer[] = [];
-    let pendingBytes = 0;
+    const windows = new PcmWindows(options.windowSeconds * SAMPLE_RATE * BYTES_PER_SAMPLE);
     let total = 0;
-    const take = (size: number): ArrayBuffer => {
-      const all = Buffer.concat(pending, pendingBytes);
-      const out = new ArrayBuffer(size);
-      new Uint8Array(out).set(all.subarray(0, size));
-      const rest = all.subarray(size);
-      pending = rest.length ? [Buffer.from(rest)] : [];
-      pendingBytes = rest.length;
-      return out;
-    };
     for await (const chunk of ffmpeg.stdout as AsyncIterable<Buffer>) {
-      pending.push(chunk);
-      pendingBytes += chunk.length;
       total += chunk.length;
       if (total > options.maxSeconds * SAMPLE_RATE * BYTES_PER_SAMPLE) {
         ffmpeg.kill();
@@ -82,7 +102,7 @@ export async function* decodeWindows(bytes: Uint8Array, options: DecodeOptions):
           'too_long',
         );
       }
-      while (pendingBytes >= windowBytes) yield take(windowBytes);
+      yield* windows.push(chunk);
     }
     const result = await ffmpeg;
     if (options.signal.aborted) throw options.signal.reason;
@@ -98,8 +118,8 @@ export async function* decodeWindows(bytes: Uint8Array, options: DecodeOptions):
       );
     }
     if (total < BYTES_PER_SAMPLE) throw new AudioError('The file holds no audio samples.', 'empty');
-    const last = pendingBytes - (pendingBytes % BYTES_PER_SAMPLE);
-    if (last) yield take(last);
+    const last = windows.rest();
+    if (last) yield last;
   } finally {
     // A consumer that stops early (an abort, an engine error) leaves ffmpeg nothing to write to.
     if (ffmpeg && ffmpeg.exitCode === null) ffmpeg.kill();

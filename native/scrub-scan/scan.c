@@ -31,19 +31,24 @@ static int initialised;
 
 enum { MAX_SEPARATORS = 2, SHORTEST_VALUE = 10, LONGEST_VALUE = 19 };
 
+// Makes room for one more element in a growing array (doubling from `initial`); 0 when memory runs out.
+static int reserve(void **data, size_t *capacity, size_t length, size_t element, size_t initial) {
+  if (length < *capacity) return 1;
+  size_t grown = *capacity ? *capacity * 2 : initial;
+  void *moved = realloc(*data, grown * element);
+  if (!moved) return 0;
+  *data = moved;
+  *capacity = grown;
+  return 1;
+}
+
 typedef struct {
   int32_t *data;
   size_t length, capacity;
 } ints;
 
 static int push(ints *list, int32_t value) {
-  if (list->length == list->capacity) {
-    size_t capacity = list->capacity ? list->capacity * 2 : 256;
-    int32_t *data = realloc(list->data, capacity * sizeof(int32_t));
-    if (!data) return 0;
-    list->data = data;
-    list->capacity = capacity;
-  }
+  if (!reserve((void **)&list->data, &list->capacity, list->length, sizeof(int32_t), 256)) return 0;
   list->data[list->length++] = value;
   return 1;
 }
@@ -54,13 +59,7 @@ typedef struct {
 } chars;
 
 static int push_char(chars *list, char value) {
-  if (list->length == list->capacity) {
-    size_t capacity = list->capacity ? list->capacity * 2 : 1024;
-    char *data = realloc(list->data, capacity);
-    if (!data) return 0;
-    list->data = data;
-    list->capacity = capacity;
-  }
+  if (!reserve((void **)&list->data, &list->capacity, list->length, 1, 1024)) return 0;
   list->data[list->length++] = value;
   return 1;
 }
@@ -90,12 +89,7 @@ static int grow_groups(run_state *run) {
 }
 
 static int grow_digits(run_state *run) {
-  size_t capacity = run->digits_capacity ? run->digits_capacity * 2 : 256;
-  uint8_t *digits = realloc(run->digits, capacity);
-  if (!digits) return 0;
-  run->digits = digits;
-  run->digits_capacity = capacity;
-  return 1;
+  return reserve((void **)&run->digits, &run->digits_capacity, run->digits_capacity, 1, 256);
 }
 
 static void free_run(run_state *run) {
