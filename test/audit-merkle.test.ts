@@ -1,6 +1,8 @@
 // The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
 // leaves), its proofs through the offline verifier's RFC 9162 checks, and the log's stored subtrees against a tree
 // built from the leaves.
+import { appendFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import { AuditLog, canonicalJson, merkle } from '../daemon/audit/index.js';
 import { openStore } from '../daemon/store/index.js';
@@ -198,4 +200,44 @@ t.test('a failed write stops the log without a hole; a hole left on disk is cut 
   for (let n = 1; n <= 9; n++) if (!repaired.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after repair`);
   t.pass('heads and proofs are right again after the repair');
   await reopened.close();
+});
+
+t.test('with the write-ahead journal: acknowledged entries lmdb lost come back at the next start; a torn record is dropped', async (t) => {
+  const dir = tempDir(t);
+  const entries = Array.from({ length: 13 }, (_, n) => ({ n }));
+  let store = openStore(dir);
+  let log = new AuditLog(store, { journalDir: dir });
+  for (const e of entries) await log.append(e);
+  await log.close();
+  await store.close();
+
+  // A crash after entries 8..12 were acknowledged (journal synced) but before lmdb had them on disk: lmdb lost the
+  // entries and the subtrees they completed. The crash also tore the journal's last write.
+  store = openStore(dir);
+  const stored = store.bytes('audit-entries');
+  const nodes = store.bytes('audit-nodes');
+  for (let i = 8; i < 13; i++) stored.removeSync(i);
+  for (let level = 1; level <= 4; level++) for (let i = Math.floor(8 / 2 ** level); i < 16; i++) nodes.removeSync(level * 2 ** 40 + i);
+  await store.close();
+  const journals = readdirSync(dir).filter((f) => f.startsWith('audit-journal.'));
+  t.same(journals, ['audit-journal.1']);
+  appendFileSync(join(dir, journals[0]), Buffer.from([0x40, 0, 0, 0, 1, 2, 3, 4, 5]));
+
+  store = openStore(dir);
+  t.equal(new AuditLog(store).size, 8, 'lmdb alone has 8 entries');
+  log = new AuditLog(store, { journalDir: dir });
+  t.equal(log.size, 13, 'the journal brought back every acknowledged entry');
+  const reference = subtreesOf(entries.map((e) => leafHash(Buffer.from(canonicalJson(e)))));
+  for (let n = 1; n <= 13; n++) if (!log.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after replay`);
+  for (let i = 0; i < 13; i++) t.same(log.inclusion(i, 13).map(hex), inclusionProof(reference, i, 13).map(hex));
+  t.equal(await log.append({ n: 13 }), 13, 'appends go on after the replay');
+  await store.flushed();
+  await new Promise((r) => setTimeout(r, 20));
+  t.same(
+    readdirSync(dir).filter((f) => f.startsWith('audit-journal.')),
+    ['audit-journal.2'],
+    'the replayed file is removed once lmdb has its entries on disk',
+  );
+  await log.close();
+  await store.close();
 });

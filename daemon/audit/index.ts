@@ -66,7 +66,7 @@ export class AuditService {
    * (entries are logged, checkpoints wait, health says why); every other posture refuses to start.
    */
   static async open(config: Config, store: Store, log: Logger): Promise<AuditService> {
-    const auditLog = new AuditLog(store);
+    const auditLog = new AuditLog(store, { journalDir: config.dataDir });
     let signer: Signer | null = null;
     let problem: string | null = null;
     try {
@@ -126,7 +126,10 @@ export class AuditService {
 
   /** Signs a last checkpoint covering every entry. */
   async close(): Promise<void> {
+    // The last checkpoint covers every acknowledged call: wait until lmdb has them all readable.
+    await this.log.settled().catch(() => {});
     await this.checkpoints?.stop();
+    await this.log.close();
   }
 }
 

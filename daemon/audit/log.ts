@@ -1,38 +1,84 @@
 // The append-only audit log in lmdb: each entry as canonical JSON under its leaf index, and the hash of every
 // complete subtree above the leaves (level ≥ 1, index), so tree heads and proofs take O(log n) lookups (a leaf's own
 // hash is recomputed from its entry). An append writes the entry and the subtrees it completes in one transaction;
-// every append made in the same event turn shares that transaction and its flush (group commit), so concurrent
-// calls do not queue on fsync one by one. The size is the number of entries: they are written in order.
+// every append made in the same event turn shares that transaction (lmdb batches them). The entry is durable, and
+// acknowledged, once the write-ahead journal (journal.ts) has it on disk; lmdb syncs in the background, and a start
+// after a crash replays from the journal what lmdb lost. Without a journal (tools that only read), an append waits
+// for lmdb's own flush. The size is the number of entries both on disk and readable: they are written in order.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { canonicalJson, type Canonical } from './canonical.js';
+import { AuditJournal, type JournalRecord } from './journal.js';
 import { consistencyProof, inclusionProof, leafHash, nodeHash, treeHead, type Hash, type SubtreeHash } from './merkle.js';
 
 /** Subtree keys: level × 2^40 + index (a log of up to a trillion entries, keys exact in a double). */
 const LEVEL_STRIDE = 2 ** 40;
 
+export interface AuditLogOptions {
+  /** Directory of the write-ahead journal (the data directory); absent: appends wait for lmdb's flush instead. */
+  journalDir?: string;
+}
+
 export class AuditLog {
   private readonly entries: Database<Buffer, number>;
   private readonly nodes: Database<Buffer, number>;
+  private readonly journal: AuditJournal | null = null;
   /** Leaves assigned so far (some may still be committing). */
   private assigned: number;
-  /** Leaves committed and flushed: what proofs and checkpoints may cover. */
+  /** Leaves on disk and readable from lmdb: what proofs and checkpoints may cover. */
   private durable: number;
   /** Right edge of the tree: the complete subtree at each level still waiting for its right sibling. */
   private readonly pending = new Map<number, Hash>();
-  /** Resolves when every append so far is durable; rejects if one failed. Appends chain on it, in order. */
+  /** Resolves when every append so far is durable and readable; rejects if one failed. Appends chain on it, in order. */
   private tail: Promise<void> = Promise.resolve();
   /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
   private failure: Error | null = null;
 
-  constructor(private readonly store: Store) {
+  constructor(
+    private readonly store: Store,
+    options: AuditLogOptions = {},
+  ) {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
+    let replayed: { files: string[]; from: number } | null = null;
+    if (options.journalDir) {
+      const opened = AuditJournal.open(options.journalDir, () => store.flushed());
+      this.journal = opened.journal;
+      replayed = { files: opened.files, from: this.replay(opened.records) };
+    }
     const size = this.repairTail();
+    if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
     this.assigned = this.durable = size;
     for (let level = 0; 2 ** level <= this.assigned; level++) {
       if (Math.floor(this.assigned / 2 ** level) % 2 === 1) {
         this.pending.set(level, this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1));
+      }
+    }
+    // The replayed files go once lmdb has their entries on disk; until then a crash replays them again.
+    if (replayed?.files.length) {
+      const files = replayed.files;
+      void store.flushed().then(() => AuditJournal.discard(files));
+    }
+  }
+
+  /** Puts into lmdb the journal's entries it lacks; returns the lowest index put (Infinity if none). */
+  private replay(records: JournalRecord[]): number {
+    let from = Infinity;
+    for (const record of records) {
+      if (this.entries.doesExist(record.index)) continue;
+      this.entries.putSync(record.index, record.payload);
+      from = Math.min(from, record.index);
+    }
+    return from;
+  }
+
+  /** Recomputes the subtree hashes covering leaves from `from` up to `size` (after a replay). */
+  private rebuildNodes(from: number, size: number): void {
+    for (let level = 1; 2 ** level <= size; level++) {
+      const last = Math.floor(size / 2 ** level);
+      for (let i = Math.floor(from / 2 ** level); i < last; i++) {
+        const hash = nodeHash(this.subtree(level - 1, 2 * i), this.subtree(level - 1, 2 * i + 1));
+        this.nodes.putSync(level * LEVEL_STRIDE + i, hash);
       }
     }
   }
@@ -43,8 +89,8 @@ export class AuditLog {
   }
 
   /**
-   * Appends an entry; resolves with its leaf index once the entry is committed and flushed to disk. The index is
-   * taken synchronously, so entries appear in the order append was called.
+   * Appends an entry; resolves with its leaf index once the entry is on disk. The index is taken synchronously, so
+   * entries appear in the order append was called.
    */
   async append(entry: Canonical): Promise<number> {
     if (this.failure) throw new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`);
@@ -60,19 +106,43 @@ export class AuditLog {
       writes.push(this.nodes.put(level * LEVEL_STRIDE + (i - 1) / 2, hash));
     }
     this.pending.set(level, hash);
-    // An entry counts as durable only once every entry before it is: if an earlier write failed, this call fails
-    // too, even if its own batch committed, so no response ever names a leaf that follows a hole.
-    const written = Promise.all(writes).then(() => this.store.flushed());
-    const done = this.tail.then(() => written);
-    this.tail = done;
+    const journaled = this.journal?.append(index, bytes);
+    const committed = Promise.all(writes);
+    // Proofs and checkpoints may cover the entry once it is both on disk and readable, and every entry before it
+    // is: a failed write anywhere stops the log.
+    const done: Promise<unknown> = this.tail.then((): Promise<unknown> =>
+      journaled ? Promise.all([journaled, committed]) : committed.then(() => this.store.flushed()),
+    );
+    this.tail = done.then(
+      () => {
+        this.durable = Math.max(this.durable, index + 1);
+      },
+      (err: Error) => {
+        this.failure ??= err;
+        throw err;
+      },
+    );
+    this.tail.catch(() => {});
     try {
-      await done;
+      // The journal writes in order and refuses everything after a failed write, so an acknowledged entry never
+      // follows a lost one.
+      await (journaled ?? done);
     } catch (err) {
       this.failure ??= err as Error;
       throw err;
     }
-    this.durable = index + 1;
     return index;
+  }
+
+  /** Resolves once every append so far is readable for proofs (or rejects after a failed write). */
+  settled(): Promise<void> {
+    return this.tail;
+  }
+
+  /** Closes the journal after its last batch. */
+  async close(): Promise<void> {
+    await this.tail.catch(() => {});
+    await this.journal?.close();
   }
 
   /** Why appends stopped, if they did (for health). */

@@ -2,18 +2,25 @@
 // are verified by tools/verify-anchors.mjs, the one verifier an operator runs (the tests use it too). Generation works
 // over any source of complete-subtree hashes, so the log answers from the subtrees it stores (O(log n) lookups) and
 // tests from a plain list of leaves.
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 
 export type Hash = Buffer;
 
 export const EMPTY_ROOT: Hash = createHash('sha256').digest();
 
+// One-shot hashing over one buffer: about twice as fast as a Hash object for inputs this small.
+const LEAF_PREFIX = Buffer.of(0);
+
 export function leafHash(entry: Uint8Array): Hash {
-  return createHash('sha256').update(Buffer.of(0)).update(entry).digest();
+  return hash('sha256', Buffer.concat([LEAF_PREFIX, entry]), 'buffer');
 }
 
 export function nodeHash(left: Hash, right: Hash): Hash {
-  return createHash('sha256').update(Buffer.of(1)).update(left).update(right).digest();
+  const input = Buffer.allocUnsafe(65);
+  input[0] = 1;
+  left.copy(input, 1);
+  right.copy(input, 33);
+  return hash('sha256', input, 'buffer');
 }
 
 /** The hash of the complete subtree of 2^level leaves starting at leaf index × 2^level. */
