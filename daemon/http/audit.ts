@@ -2,16 +2,14 @@
 // leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response is recorded when it ends, with the
 // digest of what was sent, and names its leaf in a last SSE comment before [DONE]. If the log cannot record, the
 // call is answered 503 audit_unavailable: no response goes out unlogged.
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { Stream } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors/index.js';
 import type { PipelineDeps } from './pipeline.js';
 
 export function sha256Hex(data: string | Uint8Array | null | undefined): string {
-  return createHash('sha256')
-    .update(data ?? '')
-    .digest('hex');
+  return hash('sha256', data ?? '', 'hex');
 }
 
 /** Appends the call's entry; null when the call is not audited (no key, or already recorded). */

@@ -1,6 +1,6 @@
 // Key material. A secret is `sk-sov-<idpart>-<43 base64url chars>`: the public id travels inside it so lookup is one
 // read, and 256 random bits make a fast hash (SHA-256) as safe to store as a slow KDF would be for a password.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 const BASE32 = 'abcdefghijklmnopqrstuvwxyz234567';
 const ID_CHARS = 16;
@@ -19,7 +19,7 @@ export function newSecret(keyId: string): string {
 }
 
 export function hashSecret(secret: string): Buffer {
-  return createHash('sha256').update(secret, 'utf8').digest();
+  return hash('sha256', secret, 'buffer');
 }
 
 /** The public key id a presented secret claims, or null when it does not have our shape. */

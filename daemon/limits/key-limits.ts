@@ -68,9 +68,8 @@ export class KeyLimits {
     );
   }
 
-  /** Replaces a reservation by what the call really used. */
-  settleTokens(quota: KeyQuota, reserved: number, used: number, now = Date.now()): LimitHeaders {
-    const decision = this.tokens.adjust(quota.keyId, quota.tpm, used - reserved, now);
-    return { ...headersFor('requests', this.requests.peek(quota.keyId, quota.rpm, now)), ...headersFor('tokens', decision) };
+  /** Replaces a reservation by what the call really used (its response has gone: no headers to make). */
+  settleTokens(quota: KeyQuota, reserved: number, used: number, now = Date.now()): void {
+    this.tokens.adjust(quota.keyId, quota.tpm, used - reserved, now);
   }
 }
