@@ -96,11 +96,14 @@ t.test('posture rules: HTTPS postures need a certificate and an address; device 
 t.test('docs/config.md documents every key and every environment variable', async (t) => {
   const doc = readFileSync(join(ROOT, 'docs', 'config.md'), 'utf8');
   const keys: string[] = [];
-  const walk = (schema: { properties?: Record<string, unknown> }, prefix: string) => {
+  type Schema = { properties?: Record<string, Schema>; items?: Schema };
+  const walk = (schema: Schema, prefix: string) => {
     for (const [name, sub] of Object.entries(schema.properties ?? {})) {
       if (name === '$schema') continue;
       keys.push(prefix + name);
-      walk(sub as { properties?: Record<string, unknown> }, `${prefix}${name}.`);
+      walk(sub, `${prefix}${name}.`);
+      // Keys of an array's items are written `name[].key`.
+      if (sub.items) walk(sub.items, `${prefix}${name}[].`);
     }
   };
   walk(configSchema, '');

@@ -23,10 +23,12 @@ export async function configCommand(argv: string[]): Promise<number> {
   if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
   const { config, file } = loadConfig(configFlags(values));
   const problems: string[] = [];
-  for (const [key, path] of [
+  const files: Array<[string, string | undefined]> = [
     ['tls.cert', config.tls?.cert],
     ['tls.key', config.tls?.key],
-  ] as const) {
+    ...config.upstreams.map((u, i): [string, string | undefined] => [`upstreams[${i}].apiKeyFile`, u.apiKeyFile]),
+  ];
+  for (const [key, path] of files) {
     if (path && !existsSync(path)) problems.push(`'${key}' names '${path}', which does not exist`);
   }
   const effective = { ...config, modelsDir: modelsDir(config), manifest: manifestPath(config) };

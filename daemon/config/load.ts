@@ -96,6 +96,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       checkpointMs: 1000,
       heartbeatMs: 300_000,
     },
+    upstreams: [],
   };
 }
 
@@ -187,6 +188,42 @@ function postureRules(config: Config): string[] {
       `the device posture listens on loopback only; 'listen.host' is '${config.listen.host}' (use the appliance posture to serve a network)`,
     );
   }
+  return problems.concat(upstreamRules(config));
+}
+
+/** Loopback literals, as the URL parser writes a host (IPv6 in brackets). */
+const LOOPBACK_URL_HOST = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]|localhost)$/;
+
+function upstreamRules(config: Config): string[] {
+  const problems: string[] = [];
+  const names = new Set<string>();
+  const modelIds = new Set<string>();
+  config.upstreams.forEach((upstream, i) => {
+    const key = `upstreams[${i}]`;
+    if (names.has(upstream.name)) problems.push(`'${key}.name' '${upstream.name}' is used by another upstream: names must differ`);
+    names.add(upstream.name);
+    let url: URL | null = null;
+    try {
+      url = new URL(upstream.baseUrl);
+    } catch {
+      problems.push(`'${key}.baseUrl' is not a URL: '${upstream.baseUrl}'`);
+    }
+    if (url && (url.username || url.password)) {
+      problems.push(`'${key}.baseUrl' holds credentials: put the key in a file named by '${key}.apiKeyFile' instead`);
+    }
+    if (url && (url.search || url.hash)) problems.push(`'${key}.baseUrl' must not have a query or a fragment`);
+    // The sealed postures' egress guard refuses every address but loopback; an upstream elsewhere could never answer.
+    if (url && isSealed(config.posture) && !LOOPBACK_URL_HOST.test(url.hostname)) {
+      problems.push(
+        `'${key}.baseUrl' points at '${url.hostname}', but the ${config.posture} posture is sealed: an upstream must be on loopback (127.0.0.1, ::1, localhost)`,
+      );
+    }
+    upstream.models.forEach((model, m) => {
+      if (modelIds.has(model.id))
+        problems.push(`'${key}.models[${m}].id' '${model.id}' is already routed by another entry: ids must differ`);
+      modelIds.add(model.id);
+    });
+  });
   return problems;
 }
 
@@ -217,6 +254,13 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     for (const key of PATH_KEYS) {
       const value = getPath(fromFile, key);
       if (typeof value === 'string' && value && !isAbsolute(value)) setPath(fromFile, key, resolve(base, value));
+    }
+    if (Array.isArray(fromFile.upstreams)) {
+      for (const upstream of fromFile.upstreams as unknown[]) {
+        if (isTree(upstream) && typeof upstream.apiKeyFile === 'string' && upstream.apiKeyFile && !isAbsolute(upstream.apiKeyFile)) {
+          upstream.apiKeyFile = resolve(base, upstream.apiKeyFile);
+        }
+      }
     }
   }
 

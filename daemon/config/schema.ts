@@ -54,6 +54,25 @@ export interface Config {
     checkpointMs: number;
     heartbeatMs: number;
   };
+  upstreams: UpstreamConfig[];
+}
+
+/** An OpenAI-compatible server this daemon routes some model ids to (a GPU rack's vLLM or llama.cpp server). */
+export interface UpstreamConfig {
+  name: string;
+  baseUrl: string;
+  apiKeyFile?: string;
+  connections?: number;
+  timeoutMs?: number;
+  models: UpstreamModelConfig[];
+}
+
+export interface UpstreamModelConfig {
+  id: string;
+  upstreamModel?: string;
+  capability: 'chat';
+  contextTokens?: number;
+  ownedBy?: string;
 }
 
 const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
@@ -191,6 +210,62 @@ export const configSchema = {
         },
         checkpointMs: positiveInt('How often a checkpoint is signed while the log grows, in ms.', 200, 3_600_000),
         heartbeatMs: positiveInt('Longest time without a checkpoint while the log does not grow, in ms.', 1000, 86_400_000),
+      },
+    },
+    upstreams: {
+      type: 'array',
+      maxItems: 64,
+      description: 'OpenAI-compatible servers some model ids are routed to (see docs/upstreams.md).',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['name', 'baseUrl', 'models'],
+        properties: {
+          name: {
+            type: 'string',
+            pattern: '^[a-z0-9][a-z0-9-]{0,62}$',
+            description: 'Name of the upstream in logs and health.',
+          },
+          baseUrl: {
+            type: 'string',
+            pattern: '^https?://[^\\s]+$',
+            description: "The upstream's OpenAI base URL, ending in /v1, e.g. http://10.0.0.5:8000/v1.",
+          },
+          apiKeyFile: {
+            type: 'string',
+            minLength: 1,
+            description: 'File holding the bearer key the upstream expects (read at start; never logged).',
+          },
+          connections: positiveInt('Keep-alive connections kept open to the upstream.', 1, 4096),
+          timeoutMs: positiveInt('Time allowed for the upstream to start answering, and between streamed pieces, in ms.', 100),
+          models: {
+            type: 'array',
+            minItems: 1,
+            maxItems: 1024,
+            description: 'Model ids served through this upstream.',
+            items: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['id', 'capability'],
+              properties: {
+                id: {
+                  type: 'string',
+                  pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+                  description: 'The model id clients use here (listed by /v1/models).',
+                },
+                upstreamModel: {
+                  type: 'string',
+                  minLength: 1,
+                  maxLength: 256,
+                  description: 'The model name the upstream knows it by; default: the same as id.',
+                },
+                capability: { enum: ['chat'], description: 'What the model does: chat.' },
+                contextTokens: positiveInt('Context the upstream serves the model with, in tokens (bounds token reservations).'),
+                ownedBy: { type: 'string', minLength: 1, maxLength: 128, description: "The model list's owned_by." },
+              },
+            },
+          },
+        },
       },
     },
     log: {

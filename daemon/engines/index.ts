@@ -43,7 +43,7 @@ export interface Usage {
 export interface ChatResult {
   content: string;
   toolCalls: ToolCall[];
-  finishReason: 'stop' | 'length' | 'tool_calls';
+  finishReason: 'stop' | 'length' | 'tool_calls' | 'content_filter';
   usage: Usage;
 }
 
@@ -52,6 +52,8 @@ export interface ChatCallOptions {
   onText: (text: string) => void;
   /** Aborts the work when the client goes away. */
   signal: AbortSignal;
+  /** The client asked for a stream: an engine that can answer either way (an upstream) picks the matching one. */
+  stream?: boolean;
   /** Receives the tokens used when the call ends, whether it finished, failed or was aborted. */
   onUsage?: (usage: Usage) => void;
   /**

@@ -14,7 +14,15 @@ export interface HealthReport {
   sovereign: boolean;
   uptime_s: number;
   /** `busy` and `waiting`: calls running and queued on a loaded model. */
-  models: Array<{ id: string; capability: string; readiness: Readiness; detail?: string; busy?: number; waiting?: number }>;
+  models: Array<{
+    id: string;
+    capability: string;
+    readiness: Readiness;
+    upstream?: string;
+    detail?: string;
+    busy?: number;
+    waiting?: number;
+  }>;
   /** Manifest models this device does not serve, and why (missing, checksum, does not fit…). */
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   /** Entries logged, what signs checkpoints (tpm, software, or null when nothing can), the latest checkpoint. */
@@ -38,6 +46,7 @@ export function healthReport(
     id: m.id,
     capability: m.capability,
     readiness: m.readiness,
+    ...(m.upstream ? { upstream: m.upstream } : {}),
     ...(m.detail ? { detail: m.detail } : {}),
     ...(engines.queueState(m.id) ?? {}),
   }));

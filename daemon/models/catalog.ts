@@ -21,6 +21,8 @@ export interface ServedModel {
   readiness: Readiness;
   /** The context it is served with, in tokens: no call can use more. */
   contextTokens?: number;
+  /** The upstream (config `upstreams[].name`) that serves it, when it is not served on this device. */
+  upstream?: string;
   /** Why the model is not ready, for health and the operator. */
   detail?: string;
   /** Starts loading an `unloaded` model. */

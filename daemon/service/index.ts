@@ -19,6 +19,7 @@ import { BootLog } from './boots.js';
 import { lockDataDir } from './lock.js';
 import { passedListenFd, systemdNotifier } from './systemd.js';
 import { startModels, type ModelsRuntime } from './models.js';
+import { startUpstreams, type UpstreamsRuntime } from './upstreams.js';
 
 export interface Daemon {
   /** Base URL clients use, e.g. http://127.0.0.1:8443/v1. */
@@ -95,7 +96,10 @@ export async function startDaemon(
   deps.documents = documents;
 
   let audit: AuditService | undefined;
+  let upstreams: UpstreamsRuntime | undefined;
   try {
+    // Listed from the first call on; their pools connect on first use, through the egress guard.
+    upstreams = startUpstreams({ config, manifest, catalog, engines, log: app.log });
     // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
     // ever answered without the audit log.
     audit = await AuditService.open(config, store, app.log);
@@ -105,6 +109,7 @@ export async function startDaemon(
     else await app.listen({ host: listenHost(config), port: config.listen.port });
   } catch (err) {
     await app.close();
+    await upstreams?.close();
     await audit?.close();
     egress.close();
     // A start that failed is not a crash; systemd hears it is over, and the notify socket is closed.
@@ -153,6 +158,7 @@ export async function startDaemon(
           app.server.closeAllConnections();
           await closed;
         }
+        await upstreams.close();
         await models.dispose();
         await documentsOpened;
         await documents.close();

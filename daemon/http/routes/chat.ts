@@ -302,6 +302,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
     const work = engine
       .chat(modelId, chatRequest, {
         onStart: start,
+        stream: true,
         onText: (text) => {
           start();
           passOn(text);

@@ -1,0 +1,354 @@
+// Models served through an OpenAI-compatible upstream (config `upstreams`): the cloud posture routing one model to
+// the daemon's own device-posture instance running the real llama.cpp engine, and another to a small local server
+// that misbehaves on request (refusals, failures, a stream cut short, a server too slow to answer), all over
+// loopback. The pipeline runs in front of the upstream exactly as for a local model: auth, limits, scrubbing before
+// the upstream sees anything, audit; the upstream's own errors, names and ids never reach the client.
+import http from 'node:http';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import t from 'tap';
+import { Agent, fetch as undiciFetch } from 'undici';
+import { makeModelFixtures } from './fixtures/models.js';
+import { cli, createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
+import { selfSignedCert } from './helpers/tls.js';
+
+const NATIONAL_ID = '1000000008';
+const IBAN = 'SA03 8000 0000 6080 1016 7519';
+
+// --- a misbehaving OpenAI-shaped server; it keeps every body it receives ---
+const received: Array<Record<string, any>> = [];
+const fake = http.createServer((req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, any>;
+    received.push({ ...body, authorization: req.headers.authorization });
+    const last: string = body.messages.at(-1).content;
+    const error = (status: number, message: string, headers: Record<string, string> = {}) => {
+      res.writeHead(status, { 'content-type': 'application/json', ...headers });
+      res.end(JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code: null } }));
+    };
+    if (last === 'refuse') return error(400, `max_tokens is too large for model fake-model at 10.9.8.7`);
+    if (last === 'crash') return error(500, 'Traceback (most recent call last): File "/srv/vllm/engine.py"');
+    if (last === 'busy') return error(429, 'queue full', { 'retry-after': '7' });
+    if (last === 'slow') {
+      setTimeout(() => error(500, 'too late'), 3000);
+      return;
+    }
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'upstream-id-1', object: 'chat.completion.chunk', created: 1, model: 'fake-model', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    if (!body.stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          id: 'upstream-id-1',
+          object: 'chat.completion',
+          created: 1,
+          model: 'fake-model',
+          choices: [{ index: 0, message: { role: 'assistant', content: `echo: ${last}` }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 },
+        }),
+      );
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    if (last === 'cut') {
+      res.write(chunk({ role: 'assistant', content: '' }));
+      res.write(chunk({ content: 'half an ans' }));
+      setTimeout(() => res.socket?.destroy(), 50);
+      return;
+    }
+    if (last === 'tools') {
+      res.write(
+        chunk({
+          role: 'assistant',
+          tool_calls: [{ index: 0, id: 'call_up', type: 'function', function: { name: 'transfer', arguments: '' } }],
+        }),
+      );
+      res.write(chunk({ tool_calls: [{ index: 0, function: { arguments: `{"iban":"${IBAN.slice(0, 12)}` } }] }));
+      res.write(chunk({ tool_calls: [{ index: 0, function: { arguments: `${IBAN.slice(12)}"}` } }] }));
+      res.write(chunk({}, 'tool_calls'));
+      res.end('data: [DONE]\n\n');
+      return;
+    }
+    // The answer repeats what it was sent, cut across the value, so answer scrubbing has something to catch.
+    const text = `echo: ${last} and my own ${NATIONAL_ID}`;
+    res.write(chunk({ role: 'assistant', content: '' }));
+    for (let i = 0; i < text.length; i += 7) res.write(chunk({ content: text.slice(i, i + 7) }));
+    res.write(chunk({}, 'stop'));
+    if (body.stream_options?.include_usage) {
+      res.write(
+        `data: ${JSON.stringify({ id: 'upstream-id-1', object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 13, completion_tokens: 9, total_tokens: 22 } })}\n\n`,
+      );
+    }
+    res.end('data: [DONE]\n\n');
+  });
+});
+await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', resolve));
+t.teardown(() => fake.close());
+const fakeBase = `http://127.0.0.1:${(fake.address() as { port: number }).port}/v1`;
+
+// --- the device-posture daemon with the real engine, as the GPU rack stand-in ---
+const dir = tempDir(t);
+const fixtures = makeModelFixtures(dir);
+const rackData = join(dir, 'rack');
+const rackKey = createKey(rackData);
+const rack = await startDaemon(t, ['--data-dir', rackData, ...fixtures.args]);
+await waitForModels(rack.baseURL, rackKey.secret, ['tiny-chat']);
+const rackKeyFile = join(dir, 'rack.key');
+writeFileSync(rackKeyFile, `${rackKey.secret}\n`, { mode: 0o600 });
+
+// A port nothing listens on: an upstream that is down.
+const closed = http.createServer();
+await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+const downBase = `http://127.0.0.1:${(closed.address() as { port: number }).port}/v1`;
+await new Promise<void>((resolve) => closed.close(() => resolve()));
+
+// --- the cloud daemon routing to them ---
+const cloudData = join(dir, 'cloud');
+const tls = selfSignedCert(dir);
+const config = join(dir, 'cloud.json');
+writeFileSync(
+  config,
+  JSON.stringify({
+    posture: 'cloud',
+    region: 'sa-riyadh-1',
+    listen: { host: '127.0.0.1', port: 0 },
+    tls: { cert: tls.cert, key: tls.key },
+    dataDir: cloudData,
+    manifest: fixtures.manifest,
+    modelsDir: join(dir, 'no-models'),
+    upstreams: [
+      {
+        name: 'rack',
+        baseUrl: rack.baseURL,
+        apiKeyFile: rackKeyFile,
+        models: [{ id: 'rack-chat', upstreamModel: 'tiny-chat', capability: 'chat', contextTokens: 1024, ownedBy: 'our-gpu-rack' }],
+      },
+      { name: 'fake', baseUrl: fakeBase, timeoutMs: 1000, models: [{ id: 'fake-chat', upstreamModel: 'fake-model', capability: 'chat' }] },
+      { name: 'down', baseUrl: downBase, models: [{ id: 'down-chat', capability: 'chat' }] },
+    ],
+  }),
+);
+const cloudKey = createKey(cloudData, 'acme', ['--config', config]);
+const cloud = await startDaemon(t, ['--config', config]);
+const agent = new Agent({ connect: { ca: tls.ca } });
+t.teardown(() => agent.close());
+const client = new OpenAI({
+  apiKey: cloudKey.secret,
+  baseURL: cloud.baseURL,
+  maxRetries: 0,
+  fetch: ((url: string, init: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch,
+});
+const auth = { authorization: `Bearer ${cloudKey.secret}`, 'content-type': 'application/json' };
+
+t.test('upstream models are listed with their owner, and health names the upstream', async (t) => {
+  const models = await client.models.list();
+  const byId = Object.fromEntries(models.data.map((m) => [m.id, m]));
+  t.same(Object.keys(byId).sort(), ['down-chat', 'fake-chat', 'rack-chat']);
+  t.equal(byId['rack-chat'].owned_by, 'our-gpu-rack');
+  t.equal(byId['fake-chat'].owned_by, 'fake', 'owned_by defaults to the upstream name');
+  const health = await request(`${cloud.baseURL}/health`, { headers: auth, ca: tls.ca });
+  const rackModel = health.json.models.find((m: { id: string }) => m.id === 'rack-chat');
+  t.match(rackModel, { capability: 'chat', readiness: 'ready', upstream: 'rack', busy: 0, waiting: 0 });
+});
+
+t.test('chat through an upstream running the real engine: buffered and streamed, scrubbed before it leaves', async (t) => {
+  const rackAuditBefore = (await request(`${rack.baseURL}/health`, { headers: { authorization: `Bearer ${rackKey.secret}` } })).json.audit
+    .entries;
+  const buffered = await client.chat.completions.create({
+    model: 'rack-chat',
+    messages: [{ role: 'user', content: `رقم هويتي ${NATIONAL_ID}، حسابي ${IBAN}` }],
+    max_tokens: 8,
+    temperature: 0,
+    seed: 1,
+  });
+  t.equal(buffered.object, 'chat.completion');
+  t.equal(buffered.model, 'rack-chat', 'our model id, not the upstream’s');
+  t.match(buffered.id, /^chatcmpl-req_/, 'our request id');
+  t.ok(buffered.usage!.prompt_tokens > 0 && buffered.usage!.completion_tokens <= 8, 'usage from the upstream');
+  t.equal(buffered.usage!.total_tokens, buffered.usage!.prompt_tokens + buffered.usage!.completion_tokens);
+
+  const stream = await client.chat.completions.create({
+    model: 'rack-chat',
+    messages: [{ role: 'user', content: `رقم هويتي ${NATIONAL_ID}، حسابي ${IBAN}` }],
+    max_tokens: 8,
+    temperature: 0,
+    seed: 1,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish: string | null = null;
+  let usage: OpenAI.CompletionUsage | undefined;
+  for await (const chunk of stream) {
+    t.equal(chunk.model, 'rack-chat');
+    text += chunk.choices[0]?.delta.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+    usage = chunk.usage ?? usage;
+  }
+  t.equal(text, buffered.choices[0].message.content, 'the stream carries the same text as the buffered call');
+  t.ok(finish === 'stop' || finish === 'length');
+  t.ok(usage && usage.completion_tokens > 0, 'usage chunk passed on');
+
+  // The upstream daemon audited both calls (what it was sent is checked against the other upstream below).
+  const rackHealth = await request(`${rack.baseURL}/health`, { headers: { authorization: `Bearer ${rackKey.secret}` } });
+  t.ok(rackHealth.json.audit.entries >= rackAuditBefore + 2, 'the upstream saw and audited the calls');
+});
+
+t.test('what the upstream is sent: scrubbed messages, its own model name, its own key, never ours', async (t) => {
+  received.length = 0;
+  const r = await client.chat.completions.create({
+    model: 'fake-chat',
+    messages: [
+      { role: 'system', content: 'be brief' },
+      { role: 'user', content: `my id is ${NATIONAL_ID} and IBAN ${IBAN}` },
+    ],
+    max_tokens: 20,
+  });
+  t.equal(received.length, 1);
+  const sent = received[0];
+  t.equal(sent.model, 'fake-model');
+  t.equal(sent.max_tokens, 20);
+  t.equal(sent.messages[1].content, 'my id is [NATIONAL_ID] and IBAN [IBAN]');
+  t.equal(sent.authorization, undefined, 'no key configured, none sent; the client’s key is never forwarded');
+  t.equal(r.choices[0].message.content, 'echo: my id is [NATIONAL_ID] and IBAN [IBAN]');
+  t.same(r.usage, { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 });
+  t.equal(r.id.startsWith('chatcmpl-req_'), true, 'the upstream’s id is not passed on');
+});
+
+t.test('a streamed answer is scrubbed on the way back, even across pieces; tool calls are assembled', async (t) => {
+  const stream = await client.chat.completions.create({
+    model: 'fake-chat',
+    messages: [{ role: 'user', content: 'hello' }],
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let usage: OpenAI.CompletionUsage | undefined;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta.content ?? '';
+    usage = chunk.usage ?? usage;
+  }
+  t.equal(text, 'echo: hello and my own [NATIONAL_ID]');
+  t.same(usage, { prompt_tokens: 13, completion_tokens: 9, total_tokens: 22 });
+
+  const tools = await client.chat.completions.create({
+    model: 'fake-chat',
+    messages: [{ role: 'user', content: 'tools' }],
+    tools: [{ type: 'function', function: { name: 'transfer', parameters: { type: 'object' } } }],
+    stream: true,
+  });
+  const calls: Array<{ id?: string; name?: string; args: string }> = [];
+  let finish: string | null = null;
+  for await (const chunk of tools) {
+    for (const c of chunk.choices[0]?.delta.tool_calls ?? []) {
+      calls[c.index] ??= { args: '' };
+      if (c.id) calls[c.index].id = c.id;
+      if (c.function?.name) calls[c.index].name = c.function.name;
+      calls[c.index].args += c.function?.arguments ?? '';
+    }
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  t.equal(finish, 'tool_calls');
+  t.same(calls, [{ id: 'call_up', name: 'transfer', args: '{"iban":"[IBAN]"}' }], 'arguments assembled, then scrubbed');
+  t.same(received.at(-1)!.tools, [{ type: 'function', function: { name: 'transfer', parameters: { type: 'object' } } }]);
+});
+
+t.test('upstream failures map to our errors and never show the upstream’s details', async (t) => {
+  const call = (content: string) =>
+    client.chat.completions.create({ model: 'fake-chat', messages: [{ role: 'user', content }] }).catch((e) => e);
+
+  const refused = await call('refuse');
+  t.equal(refused.status, 400);
+  t.equal(refused.error.type, 'invalid_request_error');
+  t.match(refused.message, /'fake-chat' refused the request as invalid: max_tokens is too large for model fake-chat/);
+  t.notMatch(refused.message, /fake-model/, 'the upstream’s model name is replaced by ours');
+
+  const crashed = await call('crash');
+  t.equal(crashed.status, 500);
+  t.equal(crashed.code, 'internal_error');
+  t.notMatch(crashed.message, /Traceback|vllm/, 'no upstream internals');
+
+  const busy = await call('busy');
+  t.equal(busy.status, 503);
+  t.equal(busy.code, 'server_overloaded');
+  t.equal(busy.headers.get('retry-after'), '7', 'the upstream’s Retry-After is passed on');
+
+  const slow = await call('slow');
+  t.equal(slow.status, 503, 'an upstream that does not start answering within timeoutMs');
+  t.equal(slow.code, 'server_overloaded');
+
+  const down = await client.chat.completions.create({ model: 'down-chat', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+  t.equal(down.status, 503);
+  t.equal(down.code, 'model_not_ready');
+  t.ok(down.headers.get('retry-after'));
+
+  // A stream cut in the middle: what was sent stays sent, then an error event and [DONE]; the call is audited.
+  const cut = await request(`${cloud.baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: auth,
+    ca: tls.ca,
+    body: JSON.stringify({ model: 'fake-chat', stream: true, messages: [{ role: 'user', content: 'cut' }] }),
+  });
+  t.equal(cut.status, 200);
+  // The answer's last characters ("s") are held back by answer scrubbing until the next piece settles them; the
+  // piece never comes, so they are dropped with the rest.
+  t.match(cut.text, /"content":"half an an"/);
+  t.match(cut.text, /"code":"internal_error"/);
+  t.match(cut.text, /: x-audit-leaf \d+\n\ndata: \[DONE\]\n\n$/);
+
+  // Every failure above was audited with its status.
+  for (const r of [refused, crashed, busy, slow, down]) t.ok(r.headers.get('x-audit-leaf'), `${r.status} has an audit leaf`);
+});
+
+t.test('config: sealed postures accept loopback upstreams only; names and ids must be unique; no credentials in URLs', async (t) => {
+  const check = (upstreams: unknown[], posture = 'device') => {
+    const file = join(dir, `check-${Math.random().toString(36).slice(2)}.json`);
+    writeFileSync(
+      file,
+      JSON.stringify({
+        posture,
+        upstreams,
+        ...(posture === 'device' ? {} : { listen: { host: '127.0.0.1' }, tls: { cert: tls.cert, key: tls.key } }),
+      }),
+    );
+    return cli(['config', 'check', '--config', file]);
+  };
+  const model = [{ id: 'm', capability: 'chat' }];
+  t.equal(check([{ name: 'a', baseUrl: 'http://127.0.0.1:9000/v1', models: model }]).code, 0, 'loopback on device');
+  t.equal(check([{ name: 'a', baseUrl: 'http://[::1]:9000/v1', models: model }]).code, 0, 'IPv6 loopback on device');
+  const sealed = check([{ name: 'a', baseUrl: 'http://10.0.0.5:8000/v1', models: model }], 'device');
+  t.equal(sealed.code, 1);
+  t.match(sealed.stderr + sealed.stdout, /points at '10\.0\.0\.5', but the device posture is sealed/);
+  t.equal(check([{ name: 'a', baseUrl: 'http://10.0.0.5:8000/v1', models: model }], 'cloud').code, 0, 'any address on cloud');
+  const duplicate = check([
+    { name: 'a', baseUrl: 'http://127.0.0.1:1/v1', models: model },
+    { name: 'a', baseUrl: 'http://127.0.0.1:2/v1', models: model },
+  ]);
+  t.match(duplicate.stderr + duplicate.stdout, /names must differ[\s\S]*ids must differ/);
+  const credentials = check([{ name: 'a', baseUrl: 'http://user:secret@127.0.0.1:1/v1', models: model }]);
+  t.match(credentials.stderr + credentials.stdout, /holds credentials: put the key in a file/);
+  t.notMatch(credentials.stderr + credentials.stdout, /secret@/, 'the credential is not echoed back');
+  const missingKey = check([{ name: 'a', baseUrl: 'http://127.0.0.1:1/v1', apiKeyFile: '/nonexistent/key', models: model }]);
+  t.match(missingKey.stdout, /'upstreams\[0\]\.apiKeyFile' names '\/nonexistent\/key', which does not exist/);
+  const unknownCapability = check([{ name: 'a', baseUrl: 'http://127.0.0.1:1/v1', models: [{ id: 'm', capability: 'image' }] }]);
+  t.equal(unknownCapability.code, 1);
+});
+
+t.test('an upstream model id that the manifest also lists is refused at start', async (t) => {
+  const file = join(dir, 'clash.json');
+  writeFileSync(
+    file,
+    JSON.stringify({
+      dataDir: join(dir, 'clash'),
+      manifest: fixtures.manifest,
+      upstreams: [{ name: 'a', baseUrl: 'http://127.0.0.1:1/v1', models: [{ id: 'tiny-chat', capability: 'chat' }] }],
+    }),
+  );
+  const r = cli(['serve', '--config', file, '--port', '0']);
+  t.equal(r.code, 1);
+  t.match(r.stderr + r.stdout, /routes 'tiny-chat', which models-manifest\.json also lists/);
+});
