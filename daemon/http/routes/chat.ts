@@ -251,9 +251,20 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   const out = new PassThrough();
   // What was sent, for the audit entry's response digest.
   const sent = createHash('sha256');
+  // Events made in the same turn (an upstream's pieces often arrive together) leave in one socket write, so one TLS
+  // record and one syscall carry them, not one each; nothing waits beyond the current turn.
+  let batch = '';
+  const flush = () => {
+    if (batch) out.write(batch);
+    batch = '';
+  };
+  const send = (text: string) => {
+    if (!batch) queueMicrotask(flush);
+    batch += text;
+  };
   const write = (event: string) => {
     sent.update(event);
-    out.write(event);
+    send(event);
   };
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
     write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
@@ -262,12 +273,14 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   const finish = async (status = 200) => {
     try {
       const leaf = await record(sent.digest('hex'), status);
-      if (leaf !== null) out.write(`: x-audit-leaf ${leaf}\n\n`);
+      if (leaf !== null) send(`: x-audit-leaf ${leaf}\n\n`);
     } catch (err) {
       request.log.error({ err: (err as Error).message }, 'the audit log could not record a call');
-      out.write(`data: ${JSON.stringify(AUDIT_FAILED_AFTER_STREAM.toBody())}\n\n`);
+      send(`data: ${JSON.stringify(AUDIT_FAILED_AFTER_STREAM.toBody())}\n\n`);
     }
-    out.end('data: [DONE]\n\n');
+    send('data: [DONE]\n\n');
+    flush();
+    out.end();
   };
   const contentChunk = (content: string) => {
     if (content) chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: null }]);
