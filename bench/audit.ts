@@ -61,7 +61,8 @@ try {
     await store.flushed();
   });
 
-  const log = new AuditLog(store);
+  // As the daemon opens it: durable through the write-ahead journal, lmdb written behind it.
+  const log = new AuditLog(store, { journalDir: dir });
   const signer = new SoftwareSigner(join(dir, 'key.pem'));
   const checkpoints = new Checkpointer(store, log, signer, {
     origin: 'bench',
@@ -90,6 +91,7 @@ try {
   }
   clearInterval(watcher);
   await checkpoints.stop();
+  await log.close();
   // Lag under full load: only appends made while appenders were running count (the tail after is unloaded).
   const lags = samples.filter((s) => s.coveredAt !== undefined).map((s) => s.coveredAt! - s.durableAt);
   lags.sort((a, b) => a - b);

@@ -1,0 +1,351 @@
+// bench:gateway: what a full sovereign pipeline costs next to a plain gateway, measured side by side in one run.
+//
+// Three targets answer the same chat call (a bilingual prompt holding an IBAN, a national ID and a card number):
+//   1. upstream: an OpenAI-shaped echo server that answers at once (the floor);
+//   2. sovereign: `sovereign serve` in the cloud posture (HTTPS, auth, per-key limits with a high ceiling,
+//      scrubbing of the prompt and the answer, an audit entry flushed to disk before each response, checkpoints
+//      signed every second) routing the model to that upstream;
+//   3. portkey: the Portkey gateway from npm (@portkey-ai/gateway), plain HTTP, routing to the same upstream.
+// Each is measured buffered and streamed, at fixed rates (open loop, see load.ts) and at saturation (autocannon).
+// Everything runs in a private network namespace with loopback only (unshare --net), so no process here can reach
+// anything but the others.
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Agent, request } from 'undici';
+import { paced, saturate, type LoadResult, type Target } from './load.js';
+
+const ROOT = resolve(import.meta.dirname, '..', '..');
+const LOADER = join(ROOT, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
+const BIN = join(ROOT, 'bin', 'sovereign');
+
+const { values } = parseArgs({
+  options: {
+    rates: { type: 'string', default: '1000,2000' },
+    seconds: { type: 'string', default: '8' },
+    warmup: { type: 'string', default: '15' },
+    connections: { type: 'string', default: '50' },
+    targets: { type: 'string', default: 'upstream,sovereign,portkey' },
+    modes: { type: 'string', default: 'buffered,streamed' },
+    'host-network': { type: 'boolean', default: false },
+  },
+});
+
+// Re-run inside a network namespace of our own unless already there (or told not to).
+if (!values['host-network'] && process.env.SOVEREIGN_BENCH_NETNS !== '1') {
+  if (spawnSync('unshare', ['--net', 'true']).status !== 0) {
+    process.stderr.write(
+      'bench:gateway runs in a private network namespace (unshare --net), which needs root. Run it as root, or pass --host-network to run on the host (loopback only).\n',
+    );
+    process.exit(2);
+  }
+  const child = spawnSync(
+    'unshare',
+    ['--net', '--', 'sh', '-c', 'ip link set lo up && exec "$@"', 'sh', process.execPath, ...process.execArgv, ...process.argv.slice(1)],
+    { stdio: 'inherit', env: { ...process.env, SOVEREIGN_BENCH_NETNS: '1' } },
+  );
+  process.exit(child.status ?? 1);
+}
+
+const rates = values.rates.split(',').map(Number);
+const seconds = Number(values.seconds);
+const warmup = Number(values.warmup);
+const connections = Number(values.connections);
+const targetNames = values.targets.split(',');
+const modes = values.modes.split(',') as Array<'buffered' | 'streamed'>;
+
+const PROMPT =
+  'مرحباً، أرجو تحويل مبلغ ٥٠٠٠ ريال من حسابي SA03 8000 0000 6080 1016 7519 إلى حساب أخي بتاريخ ١٥/٠٣/٢٠٢٦، ' +
+  'ورقم هويتي الوطنية 1000000008. Please also confirm that my card 4111 1111 1111 1111 was blocked after the ' +
+  'transaction on 2026-03-14 (order #123456789), and call me back on +966 50 123 4567 before 5 pm. شكراً جزيلاً.';
+const SYSTEM = 'You are the bank’s assistant. Answer briefly, in the language of the question. أجب باختصار.';
+
+const work = mkdtempSync(join(tmpdir(), 'sov-bench-gateway-'));
+const children: ChildProcess[] = [];
+const cleanup = () => {
+  for (const child of children) if (child.exitCode === null) child.kill('SIGTERM');
+};
+process.on('exit', () => {
+  cleanup();
+  rmSync(work, { recursive: true, force: true });
+});
+process.on('SIGINT', () => process.exit(130));
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const port = (server.address() as net.AddressInfo).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts a server process; it is stopped when the bench exits. */
+function spawnServer(name: string, command: string, args: string[], env: NodeJS.ProcessEnv = {}): ChildProcess {
+  const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  children.push(child);
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+  child.once('exit', (code, signal) => {
+    if (!stopping) {
+      process.stderr.write(`${name} exited (${code ?? signal}) during the bench:\n${stderr}\n`);
+      process.exit(1);
+    }
+  });
+  return child;
+}
+
+let stopping = false;
+
+/** GETs `url` until it answers 200 and `ready` accepts the JSON body, within 30 s. */
+async function waitFor(
+  url: string,
+  headers: Record<string, string> = {},
+  ready: (body: unknown) => boolean = () => true,
+): Promise<unknown> {
+  const until = Date.now() + 30_000;
+  let last = '';
+  for (;;) {
+    try {
+      const res = await request(url, { headers, dispatcher: agent });
+      const text = await res.body.text();
+      if (res.statusCode === 200) {
+        const body: unknown = text.startsWith('{') ? JSON.parse(text) : text;
+        if (ready(body)) return body;
+      }
+      last = `status ${res.statusCode}: ${text.slice(0, 200)}`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    if (Date.now() > until) throw new Error(`${url} was not ready within 30 s (${last})`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function chatBody(model: string, stream: boolean): string {
+  return JSON.stringify({
+    model,
+    messages: [
+      { role: 'system', content: SYSTEM },
+      { role: 'user', content: PROMPT },
+    ],
+    max_tokens: 256,
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+  });
+}
+
+// --- the three servers ---
+process.stdout.write(`bench:gateway: ${rates.join(', ')} requests/s and saturation (${connections} connections), ${seconds} s each\n`);
+const [echoPort, sovereignPort, portkeyPort] = [await freePort(), await freePort(), await freePort()];
+spawnServer('the echo upstream', process.execPath, ['--import', LOADER, join(import.meta.dirname, 'echo-upstream.ts'), String(echoPort)], {
+  TS_NODE_TRANSPILE_ONLY: '1',
+});
+const upstreamBase = `http://127.0.0.1:${echoPort}/v1`;
+
+const certFile = join(work, 'cert.pem');
+const keyFile = join(work, 'key.pem');
+execFileSync(
+  'openssl',
+  ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '2', '-subj', '/CN=127.0.0.1'].concat([
+    '-addext',
+    'subjectAltName=IP:127.0.0.1',
+    '-keyout',
+    keyFile,
+    '-out',
+    certFile,
+  ]),
+  { stdio: 'ignore' },
+);
+const ca = readFileSync(certFile, 'utf8');
+const configFile = join(work, 'config.json');
+writeFileSync(
+  configFile,
+  JSON.stringify({
+    posture: 'cloud',
+    region: 'bench-1',
+    listen: { host: '127.0.0.1', port: sovereignPort },
+    tls: { cert: certFile, key: keyFile },
+    dataDir: join(work, 'data'),
+    limits: { maxInFlight: 4096 },
+    audit: { signer: 'software', checkpointMs: 1000 },
+    log: { level: 'warn' },
+    upstreams: [{ name: 'echo', baseUrl: upstreamBase, models: [{ id: 'bench-chat', upstreamModel: 'echo', capability: 'chat' }] }],
+  }),
+);
+const cli = (args: string[]) => execFileSync(BIN, [...args, '--config', configFile, '--json'], { encoding: 'utf8' });
+cli(['projects', 'create', 'bench']);
+// Limits with a high ceiling: checked and counted on every call, never reached.
+const key = JSON.parse(cli(['keys', 'create', '--project', 'bench', '--rpm', '100000000', '--tpm', '100000000000'])) as { secret: string };
+spawnServer('sovereign', BIN, ['serve', '--config', configFile]);
+const sovereignBase = `https://127.0.0.1:${sovereignPort}/v1`;
+
+spawnServer(
+  'portkey',
+  process.execPath,
+  [join(ROOT, 'node_modules', '@portkey-ai', 'gateway', 'build', 'start-server.js'), `--port=${portkeyPort}`, '--headless'],
+  {
+    NODE_ENV: 'production',
+  },
+);
+const portkeyBase = `http://127.0.0.1:${portkeyPort}/v1`;
+
+const agent = new Agent({ connect: { ca } });
+await waitFor(`${upstreamBase}/models`);
+await waitFor(`http://127.0.0.1:${portkeyPort}/`);
+const auth = { authorization: `Bearer ${key.secret}` };
+const health = (await waitFor(`${sovereignBase}/health`, auth, (body) =>
+  (body as { models: Array<{ id: string; readiness: string }> }).models.some((m) => m.id === 'bench-chat' && m.readiness === 'ready'),
+)) as { audit: { entries: number } };
+const entriesBefore = health.audit.entries;
+
+const TARGETS: Record<string, (stream: boolean) => Target> = {
+  upstream: (stream) => ({ name: 'upstream', url: `${upstreamBase}/chat/completions`, headers: {}, body: chatBody('echo', stream) }),
+  sovereign: (stream) => ({
+    name: 'sovereign',
+    url: `${sovereignBase}/chat/completions`,
+    headers: auth,
+    body: chatBody('bench-chat', stream),
+    ca,
+  }),
+  portkey: (stream) => ({
+    name: 'portkey',
+    url: `${portkeyBase}/chat/completions`,
+    headers: { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': upstreamBase, authorization: 'Bearer sk-bench-upstream' },
+    body: chatBody('echo', stream),
+  }),
+};
+for (const name of targetNames) if (!TARGETS[name]) throw new Error(`unknown target '${name}': use upstream, sovereign, portkey`);
+
+interface Measured {
+  rates: Map<number, LoadResult>;
+  saturation: LoadResult;
+}
+const results = new Map<string, Map<string, Measured>>();
+let sovereignAnswered = 0;
+const countCalls = (name: string, r: LoadResult) => {
+  if (name === 'sovereign') sovereignAnswered += r.ok;
+  return r;
+};
+
+const unanswered: string[] = [];
+
+/** Null when the target answers one call completely; otherwise what it answered instead. */
+async function probeCall(target: Target): Promise<string | null> {
+  const res = await request(target.url, {
+    method: 'POST',
+    headers: { ...target.headers, 'content-type': 'application/json' },
+    body: target.body,
+    dispatcher: agent,
+  });
+  const text = await res.body.text();
+  const stream = (JSON.parse(target.body) as { stream?: boolean }).stream === true;
+  if (res.statusCode === 200 && (stream ? text.endsWith('data: [DONE]\n\n') : text.startsWith('{"id"'))) return null;
+  return `status ${res.statusCode}, body ${JSON.stringify(text.slice(0, 120))}`;
+}
+
+for (const mode of modes) {
+  const byTarget = new Map<string, Measured>();
+  results.set(mode, byTarget);
+  for (const name of targetNames) {
+    const target = TARGETS[name](mode === 'streamed');
+    // One call first: a target that cannot answer this kind of call is reported, not loaded.
+    const probe = await probeCall(target);
+    if (probe) {
+      process.stdout.write(`  ${mode.padEnd(8)} ${name.padEnd(9)} not measured: ${probe}\n`);
+      unanswered.push(`${mode} ${name}: ${probe}`);
+      continue;
+    }
+    // Each target is first loaded at saturation for `warmup` seconds, not measured: a freshly started Node server
+    // (the daemon, Portkey) serves about half its steady rate until V8 has optimised its hot path, which takes
+    // some 10-15 s of load here.
+    process.stdout.write(`  ${mode.padEnd(8)} ${name.padEnd(9)} warm-up`);
+    const warm = countCalls(name, await saturate(target, warmup, connections));
+    if (warm.ok === 0) throw new Error(`${name} answered no call during its warm-up (${warm.failed} failed)`);
+    const measured: Measured = { rates: new Map(), saturation: warm };
+    for (const rate of rates) {
+      process.stdout.write(`, ${rate}/s`);
+      measured.rates.set(rate, countCalls(name, await paced(target, rate, seconds, connections)));
+    }
+    process.stdout.write(', saturation\n');
+    measured.saturation = countCalls(name, await saturate(target, seconds, connections));
+    byTarget.set(name, measured);
+  }
+}
+
+// --- report ---
+const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '—');
+const row = (cells: string[]) => `${cells.map((c, i) => (i < 2 ? c.padEnd(i === 0 ? 10 : 12) : c.padStart(10))).join(' ')}\n`;
+const goals: string[] = [];
+for (const [mode, byTarget] of results) {
+  process.stdout.write(`\n${mode}\n`);
+  process.stdout.write(row(['target', 'load', 'req/s', 'p50 ms', 'p99 ms', '+p50 ms', '+p99 ms', 'failed']));
+  const floor = byTarget.get('upstream');
+  for (const rate of [...rates, 0]) {
+    for (const [name, measured] of byTarget) {
+      const r = rate ? measured.rates.get(rate)! : measured.saturation;
+      const base = floor && (rate ? floor.rates.get(rate) : floor.saturation);
+      const added = (p: 'p50' | 'p99') => (base && name !== 'upstream' ? ms(r[p] - base[p]) : '');
+      process.stdout.write(
+        row([
+          name,
+          rate ? `${rate}/s` : 'saturation',
+          r.rps.toFixed(0),
+          ms(r.p50),
+          ms(r.p99),
+          added('p50'),
+          added('p99'),
+          String(r.failed),
+        ]),
+      );
+    }
+  }
+  const ours = byTarget.get('sovereign');
+  const theirs = byTarget.get('portkey');
+  if (ours && theirs) {
+    const ratio = ours.saturation.rps / theirs.saturation.rps;
+    process.stdout.write(
+      `sovereign / portkey at saturation: ${ratio.toFixed(2)}x requests/s, p50 ${ms(ours.saturation.p50)} vs ${ms(theirs.saturation.p50)} ms\n`,
+    );
+    goals.push(`${mode}: saturation at least 5x Portkey's: ${ratio >= 5 ? 'met' : 'NOT met'} (${ratio.toFixed(2)}x)`);
+  }
+  if (ours && floor) {
+    for (const [rate, limit] of [
+      [1000, 1],
+      [2000, 2],
+    ] as const) {
+      const r = ours.rates.get(rate);
+      const base = floor.rates.get(rate);
+      if (!r || !base) continue;
+      const added = r.p99 - base.p99;
+      const clean = r.failed === 0 && r.rps >= rate * 0.98;
+      goals.push(
+        `${mode}: added p99 under ${limit} ms at ${rate}/s: ${added < limit && clean ? 'met' : 'NOT met'} (${ms(added)} ms${clean ? '' : `, ${r.failed} failed, ${r.rps.toFixed(0)}/s`})`,
+      );
+    }
+  }
+}
+
+// Every call the daemon answered is in its audit log, flushed before the answer left.
+if (targetNames.includes('sovereign')) {
+  const after = (await waitFor(`${sovereignBase}/health`, auth)) as {
+    audit: { entries: number; latest_checkpoint: { size: number } | null };
+  };
+  const logged = after.audit.entries - entriesBefore;
+  process.stdout.write(
+    `\naudit: ${logged} entries logged; ${sovereignAnswered} calls answered 200 by sovereign; the latest signed checkpoint covers ${after.audit.latest_checkpoint?.size ?? 0}\n`,
+  );
+  goals.push(
+    `audit: every answered call logged: ${logged >= sovereignAnswered ? 'met' : 'NOT met'} (${logged} entries, ${sovereignAnswered} answered)`,
+  );
+}
+if (unanswered.length)
+  process.stdout.write(`\nnot measured (the target failed a single call):\n${unanswered.map((u) => `  ${u}`).join('\n')}\n`);
+process.stdout.write(`\ngoals:\n${goals.map((g) => `  ${g}`).join('\n')}\n`);
+stopping = true;
+await agent.close();
+process.exit(0);
