@@ -98,7 +98,7 @@ t.test('docs/config.md documents every key and every environment variable', asyn
   const keys: string[] = [];
   type Schema = { properties?: Record<string, Schema>; items?: Schema };
   const walk = (schema: Schema, prefix: string) => {
-    for (const [name, sub] of Object.entries(schema.properties ?? {})) {
+    for (const [name, sub] of Object.entries<Schema>(schema.properties ?? {})) {
       if (name === '$schema') continue;
       keys.push(prefix + name);
       walk(sub, `${prefix}${name}.`);
@@ -106,7 +106,7 @@ t.test('docs/config.md documents every key and every environment variable', asyn
       if (sub.items) walk(sub.items, `${prefix}${name}[].`);
     }
   };
-  walk(configSchema, '');
+  walk(configSchema as unknown as Schema, '');
   t.ok(keys.length > 15);
   for (const key of keys) t.ok(doc.includes(`\`${key}\``), `docs/config.md mentions \`${key}\``);
   for (const { env } of ENV_OVERRIDES) t.ok(doc.includes(env), `docs/config.md mentions ${env}`);
