@@ -39,7 +39,7 @@ const fake = http.createServer((req, res) => {
     }
     const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
       `data: ${JSON.stringify({ id: 'upstream-id-1', object: 'chat.completion.chunk', created: 1, model: 'fake-model', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
-    if (!body.stream) {
+    if (!body.stream || last === 'whole') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({
@@ -253,8 +253,15 @@ t.test('a streamed answer is scrubbed on the way back, even across pieces; tool 
     finish = chunk.choices[0]?.finish_reason ?? finish;
   }
   t.equal(finish, 'tool_calls');
+
   t.same(calls, [{ id: 'call_up', name: 'transfer', args: '{"iban":"[IBAN]"}' }], 'arguments assembled, then scrubbed');
   t.same(received.at(-1)!.tools, [{ type: 'function', function: { name: 'transfer', parameters: { type: 'object' } } }]);
+
+  // An upstream that answers a stream request in one JSON piece is still streamed to the client.
+  const whole = await client.chat.completions.create({ model: 'fake-chat', messages: [{ role: 'user', content: 'whole' }], stream: true });
+  let wholeText = '';
+  for await (const chunk of whole) wholeText += chunk.choices[0]?.delta.content ?? '';
+  t.equal(wholeText, 'echo: whole');
 });
 
 t.test('upstream failures map to our errors and never show the upstream’s details', async (t) => {

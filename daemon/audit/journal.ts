@@ -7,7 +7,7 @@
 //
 // Record: u32 payload length, u32 CRC-32 of (index, payload), f64 leaf index, payload (the entry's canonical JSON);
 // all little-endian.
-import { closeSync, fdatasync, openSync, readdirSync, readFileSync, unlinkSync, writev } from 'node:fs';
+import { closeSync, fdatasync, fsyncSync, openSync, readdirSync, readFileSync, unlinkSync, writev } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 
@@ -67,7 +67,19 @@ export class AuditJournal {
     private readonly lmdbFlushed: () => Promise<void>,
   ) {
     this.generation = generation;
-    this.fd = openSync(this.file(generation), 'a', 0o600);
+    this.fd = this.create(generation);
+  }
+
+  /** A new journal file, its name made durable too (fdatasync covers the file, not the directory entry). */
+  private create(generation: number): number {
+    const fd = openSync(this.file(generation), 'a', 0o600);
+    const dir = openSync(this.dir, 'r');
+    try {
+      fsyncSync(dir);
+    } finally {
+      closeSync(dir);
+    }
+    return fd;
   }
 
   /**
@@ -151,7 +163,7 @@ export class AuditJournal {
     const old = this.file(this.generation);
     closeSync(this.fd);
     this.generation++;
-    this.fd = openSync(this.file(this.generation), 'a', 0o600);
+    this.fd = this.create(this.generation);
     this.bytes = 0;
     this.lmdbFlushed().then(
       () => AuditJournal.discard([old]),

@@ -33,6 +33,11 @@ export class AuditLog {
   private tail: Promise<void> = Promise.resolve();
   /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
   private failure: Error | null = null;
+  /**
+   * Entries acknowledged (in the journal) that lmdb does not hold readable yet, for the few milliseconds between: a
+   * client that asks for its entry right after its response gets it.
+   */
+  private readonly acknowledged = new Map<number, Buffer>();
 
   constructor(
     private readonly store: Store,
@@ -116,6 +121,7 @@ export class AuditLog {
     this.tail = done.then(
       () => {
         this.durable = Math.max(this.durable, index + 1);
+        this.acknowledged.delete(index);
       },
       (err: Error) => {
         this.failure ??= err;
@@ -131,6 +137,7 @@ export class AuditLog {
       this.failure ??= err as Error;
       throw err;
     }
+    if (index >= this.durable) this.acknowledged.set(index, bytes);
     return index;
   }
 
@@ -176,7 +183,7 @@ export class AuditLog {
 
   /** The entry's canonical JSON bytes, or undefined. */
   entry(index: number): Buffer | undefined {
-    return index < this.durable ? this.entries.get(index) : undefined;
+    return index < this.durable ? this.entries.get(index) : this.acknowledged.get(index);
   }
 
   readonly subtree: SubtreeHash = (level, index) => {

@@ -154,6 +154,8 @@ export class UpstreamChatEngine implements ChatEngine {
       const result = type.startsWith('text/event-stream')
         ? await this.readStream(response, route, modelId, request, options, (n) => (pieces = n))
         : this.fromCompletion((await response.body.json()) as Completion, request);
+      // An upstream that answered a stream request in one piece: its text is still handed on as it is.
+      if (stream && !type.startsWith('text/event-stream') && result.content) options.onText(result.content);
       usage = result.usage;
       return result;
     } catch (err) {
