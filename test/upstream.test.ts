@@ -273,6 +273,7 @@ t.test('upstream failures map to our errors and never show the upstream’s deta
   t.equal(refused.error.type, 'invalid_request_error');
   t.match(refused.message, /'fake-chat' refused the request as invalid: max_tokens is too large for model fake-chat/);
   t.notMatch(refused.message, /fake-model/, 'the upstream’s model name is replaced by ours');
+  t.match(refused.message, /fake-chat at \[address\]/, 'and the address it names is removed');
 
   const crashed = await call('crash');
   t.equal(crashed.status, 500);

@@ -113,12 +113,19 @@ function retryAfterOf(response: UpstreamResponse): string {
   return Number.isFinite(seconds) && seconds >= 1 && seconds <= 3600 ? String(Math.ceil(seconds)) : '2';
 }
 
-/** The upstream's own message for a refused request, if it has OpenAI's shape, with its model name replaced by ours. */
+/** URLs and IP addresses (with a port): where the upstream lives is not the client's business. */
+const ADDRESSES =
+  /\b[a-z][a-z0-9+.-]*:\/\/\S+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?|(?<![\w:])[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:])/gi;
+
+/**
+ * The upstream's own message for a refused request, if it has OpenAI's shape: its model name replaced by ours, and
+ * any address it names removed.
+ */
 function upstreamMessage(text: string, route: UpstreamRoute, modelId: string): string | null {
   try {
     const message = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
     if (typeof message !== 'string' || !message) return null;
-    return message.split(route.upstreamModel).join(modelId).slice(0, 500);
+    return message.split(route.upstreamModel).join(modelId).replace(ADDRESSES, '[address]').slice(0, 500);
   } catch {
     return null;
   }
