@@ -158,28 +158,22 @@ t.test('upstream models are listed with their owner, and health names the upstre
 t.test('chat through an upstream running the real engine: buffered and streamed, scrubbed before it leaves', async (t) => {
   const rackAuditBefore = (await request(`${rack.baseURL}/health`, { headers: { authorization: `Bearer ${rackKey.secret}` } })).json.audit
     .entries;
-  const buffered = await client.chat.completions.create({
+  // The same call both ways: the same seed gives the same text.
+  const params = {
     model: 'rack-chat',
-    messages: [{ role: 'user', content: `رقم هويتي ${NATIONAL_ID}، حسابي ${IBAN}` }],
+    messages: [{ role: 'user' as const, content: `رقم هويتي ${NATIONAL_ID}، حسابي ${IBAN}` }],
     max_tokens: 8,
     temperature: 0,
     seed: 1,
-  });
+  };
+  const buffered = await client.chat.completions.create(params);
   t.equal(buffered.object, 'chat.completion');
   t.equal(buffered.model, 'rack-chat', 'our model id, not the upstream’s');
   t.match(buffered.id, /^chatcmpl-req_/, 'our request id');
   t.ok(buffered.usage!.prompt_tokens > 0 && buffered.usage!.completion_tokens <= 8, 'usage from the upstream');
   t.equal(buffered.usage!.total_tokens, buffered.usage!.prompt_tokens + buffered.usage!.completion_tokens);
 
-  const stream = await client.chat.completions.create({
-    model: 'rack-chat',
-    messages: [{ role: 'user', content: `رقم هويتي ${NATIONAL_ID}، حسابي ${IBAN}` }],
-    max_tokens: 8,
-    temperature: 0,
-    seed: 1,
-    stream: true,
-    stream_options: { include_usage: true },
-  });
+  const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
   let text = '';
   let finish: string | null = null;
   let usage: OpenAI.CompletionUsage | undefined;
