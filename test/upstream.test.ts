@@ -306,6 +306,18 @@ t.test('upstream failures map to our errors and never show the upstream’s deta
   for (const r of [refused, crashed, busy, slow, down]) t.ok(r.headers.get('x-audit-leaf'), `${r.status} has an audit leaf`);
 });
 
+t.test('a client that gives up before its answer is logged as gone, not as a failure of the daemon', async (t) => {
+  const before = cloud.logs.length;
+  const gaveUp = await client.chat.completions
+    .create({ model: 'fake-chat', messages: [{ role: 'user', content: 'slow' }] }, { signal: AbortSignal.timeout(200) })
+    .catch((e) => e);
+  t.type(gaveUp, OpenAI.APIUserAbortError, 'the client aborted');
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const lines = cloud.logs.slice(before).join('\n');
+  t.match(lines, /the client closed the connection before its answer/);
+  t.notMatch(lines, /unhandled error|request failed|"level":50/, 'no error logged for it');
+});
+
 t.test('config: sealed postures accept loopback upstreams only; names and ids must be unique; no credentials in URLs', async (t) => {
   const check = (upstreams: unknown[], posture = 'device') => {
     const file = join(dir, `check-${Math.random().toString(36).slice(2)}.json`);

@@ -84,8 +84,13 @@ export function toApiError(err: FastifyError & { validation?: ValidationIssue[] 
   return new ApiError('internal_error', MESSAGES.internal);
 }
 
+/** The client closed its connection: nothing can reach it any more, and its going is not the daemon's failure. */
+export function clientGone(request: FastifyRequest): boolean {
+  return request.raw.socket?.destroyed ?? true;
+}
+
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: ApiError): FastifyReply {
-  if (error.status >= 500) request.log.error({ code: error.code }, 'request failed');
+  if (error.status >= 500 && !clientGone(request)) request.log.error({ code: error.code }, 'request failed');
   return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody());
 }
 

@@ -7,7 +7,7 @@ import Fastify, { LogController, type FastifyError, type FastifyInstance, type F
 import { ApiError } from '../errors/index.js';
 import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
-import { sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
+import { clientGone, sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
 import { identifyStage, registerStages, v1Stages, type PipelineDeps } from './pipeline.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerChatRoute } from './routes/chat.js';
@@ -70,7 +70,8 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, config.limits.bodyBytes);
-    if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, 'unhandled error');
+    if (clientGone(request)) request.log.info({ code: apiError.code }, 'the client closed the connection before its answer');
+    else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, 'unhandled error');
     return sendError(request, reply, apiError);
   });
 
