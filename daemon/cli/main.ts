@@ -12,6 +12,7 @@ Commands:
   serve            run the daemon (see 'sovereign serve --help')
   keys             create, list, rotate, revoke API keys and set their limits
   projects         create and list projects
+  admin            create the dashboard's administrator accounts
   config check     validate the configuration and print the effective values
   models           list the manifest's models (present, verified, fits) and import model files
   probe            print the hardware facts the daemon sees
@@ -27,6 +28,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   serve: async () => (await import('./serve.js')).serveCommand,
   keys: async () => (await import('./admin.js')).keysCommand,
   projects: async () => (await import('./admin.js')).projectsCommand,
+  admin: async () => (await import('./accounts.js')).adminCommand,
   config: async () => (await import('./config.js')).configCommand,
   models: async () => (await import('./models.js')).modelsCommand,
   probe: async () => (await import('./models.js')).probeCommand,

@@ -27,6 +27,8 @@ import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { EgressService } from '../egress/index.js';
 import type { BootReport } from '../service/boots.js';
+import type { Accounts } from '../accounts/index.js';
+import type { UsageMeter } from '../usage/index.js';
 import { newCallContext, type RouteDeclaration } from './context.js';
 import { onCallEnd } from './lifetime.js';
 
@@ -53,6 +55,10 @@ export interface PipelineDeps {
   egress?: EgressService;
   /** Boots of this data dir and how the last run stopped (health's service object). */
   boots?: BootReport;
+  /** Dashboard accounts and sessions; the dashboard is served when present. */
+  accounts?: Accounts;
+  /** Calls per key and endpoint, and when each key was last used (the dashboard's usage). */
+  usage?: UsageMeter;
 }
 
 type Hook = 'onRequest' | 'preHandler';

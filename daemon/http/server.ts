@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { registerDashboard, type DashboardDeps } from '../dashboard/index.js';
 import { ApiError } from '../errors/index.js';
 import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
@@ -98,10 +99,19 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   registerLivenessRoute(app);
+  if (deps.accounts) registerDashboard(app, deps as DashboardDeps);
   void app.register(
     async (v1) => {
       registerStages(v1, v1Stages(deps));
       registerAuditStage(v1, deps);
+      const usage = deps.usage;
+      if (usage) {
+        v1.addHook('onResponse', (request, reply, done) => {
+          const principal = request.call.principal;
+          if (principal) usage.record(principal.keyId, request.routeOptions.url ?? 'unknown', reply.statusCode);
+          done();
+        });
+      }
       registerServiceRoutes(v1, deps);
       registerChatRoute(v1, deps);
       registerEmbeddingsRoute(v1, deps);

@@ -87,6 +87,19 @@ export class KeyRegistry {
     });
   }
 
+  /** Removes a project that has no keys (undoing a sign-up that failed after its project was made). */
+  removeProject(id: string): void {
+    this.projects.transactionSync(() => {
+      const project = this.projects.get(id);
+      if (typeof project !== 'object') return;
+      for (const { value } of this.keys.getRange()) {
+        if (value.projectId === id) throw new KeysError('conflict', `project '${project.name}' still has keys`);
+      }
+      this.projects.removeSync(id);
+      this.projects.removeSync(`name:${project.name}`);
+    });
+  }
+
   listProjects(): ProjectRecord[] {
     const out: ProjectRecord[] = [];
     for (const { value } of this.projects.getRange({ start: 'proj_', end: 'proj`' })) out.push(value as ProjectRecord);

@@ -9,6 +9,8 @@ import { AuditService } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';
 import { buildApp, type DaemonState, type PipelineDeps } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
+import { Accounts } from '../accounts/index.js';
+import { UsageMeter } from '../usage/index.js';
 import { InFlightGate, KeyLimits } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
@@ -71,7 +73,10 @@ export async function startDaemon(
     engines,
     state,
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
+    accounts: new Accounts(store),
+    usage: new UsageMeter(store),
   };
+  deps.usage!.start();
   const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
   // Taken (and the variables removed) before any program is started, so that none inherits them.
   const passed = passedListenFd();
@@ -109,6 +114,7 @@ export async function startDaemon(
     else await app.listen({ host: listenHost(config), port: config.listen.port });
   } catch (err) {
     await app.close();
+    await deps.usage?.close();
     await upstreams?.close();
     await audit?.close();
     egress.close();
@@ -162,6 +168,7 @@ export async function startDaemon(
         await models.dispose();
         await documentsOpened;
         await documents.close();
+        await deps.usage?.close();
         // A last checkpoint covering every call answered.
         await audit.close();
         egress.close();

@@ -1,0 +1,177 @@
+// Dashboard accounts and their sessions, in lmdb next to projects and keys. A session is a random token held by the
+// browser in an HttpOnly cookie; only its SHA-256 is stored, so a copy of the data directory signs no one in. Each
+// session has its own CSRF token, which every change must present in a header.
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Database } from 'lmdb';
+import type { Store } from '../store/index.js';
+import { randomId } from '../keys/secrets.js';
+import { hashPassword, passwordProblem, verifyPassword } from './passwords.js';
+
+export type Role = 'admin' | 'member';
+
+export interface UserRecord {
+  id: string;
+  email: string;
+  passwordHash: string;
+  role: Role;
+  /** Projects this account manages; an admin manages every project. */
+  projects: string[];
+  createdAt: string;
+}
+
+export interface SessionRecord {
+  userId: string;
+  csrf: string;
+  createdAt: number;
+  expiresAt: number;
+  /** The key the chat app of this session calls /v1 with; revoked when the session ends. */
+  chatKeyId?: string;
+}
+
+export interface UserView {
+  id: string;
+  email: string;
+  role: Role;
+  projects: string[];
+  createdAt: string;
+}
+
+export class AccountsError extends Error {
+  constructor(
+    readonly kind: 'invalid' | 'conflict' | 'not_found',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'AccountsError';
+  }
+}
+
+export const SESSION_HOURS = 12;
+const EMAIL = /^[^\s@]{1,64}@[^\s@]{1,255}$/;
+
+const tokenHash = (token: string) => hash('sha256', token, 'hex');
+
+export function view(user: UserRecord): UserView {
+  return { id: user.id, email: user.email, role: user.role, projects: user.projects, createdAt: user.createdAt };
+}
+
+export class Accounts {
+  private readonly users: Database<UserRecord | string, string>;
+  private readonly sessions: Database<SessionRecord, string>;
+
+  constructor(store: Store) {
+    this.users = store.db<UserRecord | string>('users');
+    this.sessions = store.db<SessionRecord>('sessions');
+  }
+
+  /** Creates an account; the email is its sign-in name (case does not matter). */
+  async createUser(options: { email: string; password: string; role: Role; projects: string[] }): Promise<UserRecord> {
+    const email = options.email.trim().toLowerCase();
+    if (!EMAIL.test(email)) throw new AccountsError('invalid', 'Enter a valid email address, such as name@example.org.');
+    const problem = passwordProblem(options.password);
+    if (problem) throw new AccountsError('invalid', problem);
+    if (this.users.get(`email:${email}`)) throw new AccountsError('conflict', `An account for ${email} already exists. Sign in instead.`);
+    const user: UserRecord = {
+      id: randomId('usr'),
+      email,
+      passwordHash: await hashPassword(options.password),
+      role: options.role,
+      projects: options.projects,
+      createdAt: new Date().toISOString(),
+    };
+    // The email may have been taken while the hash was computed.
+    const created = this.users.transactionSync(() => {
+      if (this.users.get(`email:${email}`)) return false;
+      this.users.putSync(`email:${email}`, user.id);
+      this.users.putSync(user.id, user);
+      return true;
+    });
+    if (!created) throw new AccountsError('conflict', `An account for ${email} already exists. Sign in instead.`);
+    return user;
+  }
+
+  findByEmail(email: string): UserRecord | undefined {
+    const id = this.users.get(`email:${email.trim().toLowerCase()}`);
+    return typeof id === 'string' ? this.user(id) : undefined;
+  }
+
+  user(id: string): UserRecord | undefined {
+    const record = this.users.get(id);
+    return record && typeof record === 'object' ? record : undefined;
+  }
+
+  listUsers(): UserRecord[] {
+    const out: UserRecord[] = [];
+    for (const { value } of this.users.getRange({ start: 'usr_', end: 'usr`' })) if (typeof value === 'object') out.push(value);
+    return out;
+  }
+
+  hasAdmin(): boolean {
+    return this.listUsers().some((u) => u.role === 'admin');
+  }
+
+  async addProject(userId: string, projectId: string): Promise<void> {
+    const user = this.user(userId);
+    if (!user) throw new AccountsError('not_found', 'No such account.');
+    if (!user.projects.includes(projectId)) await this.users.put(userId, { ...user, projects: [...user.projects, projectId] });
+  }
+
+  /** The account whose password this is, or null (the same time is spent either way). */
+  async checkPassword(email: string, password: string): Promise<UserRecord | null> {
+    const user = this.findByEmail(email);
+    const ok = await verifyPassword(password, user?.passwordHash);
+    return ok && user ? user : null;
+  }
+
+  /** A new session: the token goes to the browser's cookie and is never stored. */
+  async startSession(userId: string, now = Date.now()): Promise<{ token: string; session: SessionRecord }> {
+    const token = randomBytes(32).toString('base64url');
+    const session: SessionRecord = {
+      userId,
+      csrf: randomBytes(32).toString('base64url'),
+      createdAt: now,
+      expiresAt: now + SESSION_HOURS * 3600_000,
+    };
+    await this.sessions.put(tokenHash(token), session);
+    return { token, session };
+  }
+
+  /** The live session a cookie's token names, with its account. */
+  session(token: string | undefined, now = Date.now()): { session: SessionRecord; user: UserRecord } | null {
+    if (!token || token.length > 128) return null;
+    const session = this.sessions.get(tokenHash(token));
+    if (!session || session.expiresAt <= now) return null;
+    const user = this.user(session.userId);
+    return user ? { session, user } : null;
+  }
+
+  async setChatKey(token: string, keyId: string): Promise<void> {
+    const key = tokenHash(token);
+    const session = this.sessions.get(key);
+    if (session) await this.sessions.put(key, { ...session, chatKeyId: keyId });
+  }
+
+  /** Ends a session; returns it so the caller can revoke its chat key. */
+  async endSession(token: string): Promise<SessionRecord | undefined> {
+    const key = tokenHash(token);
+    const session = this.sessions.get(key);
+    if (session) await this.sessions.remove(key);
+    return session;
+  }
+
+  /** Removes expired sessions; returns them so their chat keys can be revoked. */
+  async sweepSessions(now = Date.now()): Promise<SessionRecord[]> {
+    const expired: Array<{ key: string; session: SessionRecord }> = [];
+    for (const { key, value } of this.sessions.getRange()) if (value.expiresAt <= now) expired.push({ key, session: value });
+    for (const { key } of expired) await this.sessions.remove(key);
+    return expired.map((e) => e.session);
+  }
+}
+
+/** Constant-time comparison of two tokens. */
+export function sameToken(a: string | undefined, b: string | undefined): boolean {
+  if (!a || !b) return false;
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}

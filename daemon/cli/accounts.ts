@@ -1,0 +1,83 @@
+// `sovereign admin …`: the dashboard's operator accounts on device and appliance postures, which have no
+// self-serve sign-up. There is never a default password: the operator types one (or pipes it with
+// --password-stdin), and only its scrypt hash is stored.
+import { createInterface } from 'node:readline';
+import { Accounts, AccountsError, MIN_PASSWORD_LENGTH, view } from '../accounts/index.js';
+import { loadConfig } from '../config/index.js';
+import { openStore } from '../store/index.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
+import { printJson, printTable } from './output.js';
+
+export const ADMIN_HELP = `Usage: sovereign admin <command> [options]
+
+Commands:
+  create --email E [--password-stdin]
+                       create an administrator of the dashboard (every project); asks for the
+                       password (at least ${MIN_PASSWORD_LENGTH} characters) unless it comes on stdin
+  list                 list the dashboard's accounts (never passwords)
+
+${COMMON_HELP}`;
+
+async function readPassword(fromStdin: boolean): Promise<string> {
+  if (fromStdin || !process.stdin.isTTY) {
+    let text = '';
+    for await (const chunk of process.stdin) text += String(chunk);
+    return text.replace(/\r?\n$/, '');
+  }
+  // Typed at a terminal: not echoed.
+  const ask = (prompt: string) =>
+    new Promise<string>((resolve) => {
+      const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
+      const output = rl as unknown as { _writeToOutput: (s: string) => void };
+      process.stderr.write(prompt);
+      output._writeToOutput = () => {};
+      rl.question('', (answer) => {
+        rl.close();
+        process.stderr.write('\n');
+        resolve(answer);
+      });
+    });
+  const first = await ask('Password: ');
+  if ((await ask('Password again: ')) !== first) throw new UsageError('the two passwords differ');
+  return first;
+}
+
+export async function adminCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, { ...CONFIG_OPTIONS, email: { type: 'string' }, 'password-stdin': { type: 'boolean' } });
+  const [command, ...rest] = positionals;
+  if (values.help || !command) {
+    process.stdout.write(`${ADMIN_HELP}\n`);
+    return values.help ? 0 : 2;
+  }
+  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  const json = values.json === true;
+  const { config } = loadConfig(configFlags(values));
+  if (command === 'create') {
+    if (typeof values.email !== 'string') throw new UsageError('admin create needs --email');
+    const password = await readPassword(values['password-stdin'] === true);
+    const store = openStore(config.dataDir);
+    try {
+      const user = await new Accounts(store).createUser({ email: values.email, password, role: 'admin', projects: [] });
+      if (json) printJson(view(user));
+      else process.stdout.write(`Created administrator ${user.email} (${user.id}). Sign in to the dashboard at /dashboard/.\n`);
+      return 0;
+    } catch (err) {
+      if (err instanceof AccountsError) throw new UsageError(err.message.replace(/\.$/, '').replace(/^./, (c) => c.toLowerCase()));
+      throw err;
+    } finally {
+      await store.close();
+    }
+  }
+  if (command === 'list') {
+    const store = openStore(config.dataDir);
+    try {
+      const users = new Accounts(store).listUsers().map(view);
+      if (json) printJson(users);
+      else printTable(users.map((u) => ({ id: u.id, email: u.email, role: u.role, created: u.createdAt })), ['id', 'email', 'role', 'created']);
+      return 0;
+    } finally {
+      await store.close();
+    }
+  }
+  throw new UsageError(`unknown admin command '${command}'`);
+}

@@ -1,0 +1,387 @@
+// The dashboard's JSON API, under /dashboard/api: sign-up and sign-in, projects and keys, the chat app's key, the
+// scrubbing preview, health and models. A session cookie authenticates; every change also presents the session's
+// CSRF token in `x-csrf-token` (before sign-in: the CSRF cookie's value). Errors keep OpenAI's shape.
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Accounts, AccountsError, SESSION_HOURS, sameToken, view, type SessionRecord, type UserRecord } from '../accounts/index.js';
+import { isSovereign, usesTls, type Config } from '../config/index.js';
+import { ApiError } from '../errors/index.js';
+import { healthReport } from '../health/index.js';
+import { KeysError, type KeyView } from '../keys/index.js';
+import { Gcra } from '../limits/index.js';
+import { ScrubSession, noRedactions } from '../scrub/index.js';
+import type { PipelineDeps } from '../http/pipeline.js';
+import { CSRF_COOKIE, SESSION_COOKIE, parseCookies, serializeCookie } from './cookies.js';
+
+export type DashboardDeps = PipelineDeps & { accounts: Accounts };
+
+/** Sign-in attempts allowed per minute, per client address and per account. */
+export const LOGIN_LIMITS = { perAddress: 20, perAccount: 5 };
+
+interface Signed {
+  token: string;
+  session: SessionRecord;
+  user: UserRecord;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    dashboard?: Signed | null;
+  }
+}
+
+const selfServe = (config: Config) => config.posture === 'cloud' || config.posture === 'frontier';
+
+function fromAccounts(err: unknown): never {
+  if (err instanceof AccountsError || err instanceof KeysError) {
+    const code = err.kind === 'conflict' ? 'conflict' : err.kind === 'not_found' ? 'not_found' : 'invalid_request_error';
+    throw new ApiError(code, err.message.charAt(0).toUpperCase() + err.message.slice(1));
+  }
+  throw err;
+}
+
+export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps): void {
+  const { accounts, keys, config } = deps;
+  const logins = new Gcra();
+
+  // Plain HTTP is served on loopback only (the device posture), where a Secure cookie would never come back.
+  const secure = usesTls(config.posture);
+  const cookie = (name: string, value: string, maxAge: number, httpOnly: boolean) =>
+    serializeCookie(name, value, { secure, httpOnly, maxAge });
+
+  function signedIn(request: FastifyRequest): Signed {
+    if (!request.dashboard) throw new ApiError('not_signed_in', 'Sign in to the dashboard first (your session may have expired).');
+    return request.dashboard;
+  }
+
+  function manages(user: UserRecord, projectId: string): boolean {
+    return user.role === 'admin' || user.projects.includes(projectId);
+  }
+
+  function projectFor(user: UserRecord, ref: unknown): string {
+    const project = typeof ref === 'string' ? keys.findProject(ref) : undefined;
+    if (!project || !manages(user, project.id)) throw new ApiError('not_found', `No project '${String(ref)}' in your account.`, { param: 'project' });
+    return project.id;
+  }
+
+  function keyFor(user: UserRecord, id: string): KeyView {
+    let key: KeyView;
+    try {
+      key = keys.getKey(id);
+    } catch {
+      throw new ApiError('not_found', `No key '${id}' in your projects.`);
+    }
+    if (!manages(user, key.project)) throw new ApiError('not_found', `No key '${id}' in your projects.`);
+    return key;
+  }
+
+  function beginSession(reply: FastifyReply, started: { token: string; session: SessionRecord }): void {
+    const maxAge = SESSION_HOURS * 3600;
+    reply.header('set-cookie', [
+      cookie(SESSION_COOKIE, started.token, maxAge, true),
+      cookie(CSRF_COOKIE, started.session.csrf, maxAge, false),
+    ]);
+  }
+
+  function endChatKey(session: SessionRecord | undefined): void {
+    if (!session?.chatKeyId) return;
+    try {
+      keys.revokeKey(session.chatKeyId);
+    } catch {
+      // Already gone.
+    }
+  }
+
+  void app.register(
+    async (api) => {
+      // Who is calling, and whether a change carries the right CSRF token.
+      api.addHook('onRequest', async (request, reply) => {
+        reply.header('cache-control', 'no-store');
+        const cookies = parseCookies(request.headers.cookie);
+        const token = cookies.get(SESSION_COOKIE);
+        const found = accounts.session(token);
+        request.dashboard = found && token ? { token, ...found } : null;
+        if (request.method === 'GET' || request.method === 'HEAD') return;
+        const presented = request.headers['x-csrf-token'];
+        const expected = request.dashboard ? request.dashboard.session.csrf : cookies.get(CSRF_COOKIE);
+        if (typeof presented !== 'string' || !sameToken(presented, expected)) {
+          throw new ApiError(
+            'csrf_token_invalid',
+            'This change was refused: it did not carry the CSRF token of your session. Reload the dashboard and try again.',
+          );
+        }
+      });
+
+      api.get('/session', async (request, reply) => {
+        const signed = request.dashboard;
+        let csrf = signed?.session.csrf ?? parseCookies(request.headers.cookie).get(CSRF_COOKIE);
+        if (!csrf || !/^[A-Za-z0-9_-]{43}$/.test(csrf)) {
+          csrf = randomBytes(32).toString('base64url');
+          reply.header('set-cookie', cookie(CSRF_COOKIE, csrf, SESSION_HOURS * 3600, false));
+        }
+        return {
+          user: signed ? view(signed.user) : null,
+          csrf,
+          posture: config.posture,
+          region: config.region,
+          sovereign: isSovereign(config.posture),
+          signup: selfServe(config),
+        };
+      });
+
+      api.post<{ Body: { email: string; password: string; project: string } }>(
+        '/signup',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              required: ['email', 'password', 'project'],
+              additionalProperties: false,
+              properties: { email: { type: 'string' }, password: { type: 'string' }, project: { type: 'string' } },
+            },
+          },
+        },
+        async (request, reply) => {
+          if (!selfServe(config)) {
+            throw new ApiError(
+              'permission_denied',
+              `Self-serve sign-up is only on the cloud and frontier postures. On ${config.posture}, the operator creates accounts with 'sovereign admin create'.`,
+            );
+          }
+          const decision = logins.consume(`signup:${request.ip}`, LOGIN_LIMITS.perAddress, 1);
+          if (!decision.allowed) {
+            const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
+            throw new ApiError('rate_limit_exceeded', `Too many sign-ups from your address. Wait ${seconds} seconds and try again.`, {
+              headers: { 'retry-after': String(seconds) },
+            });
+          }
+          const { email, password, project } = request.body;
+          if (accounts.findByEmail(email)) throw new ApiError('conflict', 'An account for this email already exists. Sign in instead.');
+          let projectId: string;
+          try {
+            projectId = keys.createProject(project).id;
+          } catch (err) {
+            fromAccounts(err);
+          }
+          let user: UserRecord;
+          try {
+            user = await accounts.createUser({ email, password, role: 'member', projects: [projectId] });
+          } catch (err) {
+            keys.removeProject(projectId);
+            fromAccounts(err);
+          }
+          beginSession(reply, await accounts.startSession(user.id));
+          request.log.info({ user: user.id, project: projectId }, 'dashboard account created');
+          return reply.code(201).send({ user: view(user) });
+        },
+      );
+
+      api.post<{ Body: { email: string; password: string } }>(
+        '/login',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              required: ['email', 'password'],
+              additionalProperties: false,
+              properties: { email: { type: 'string', maxLength: 320 }, password: { type: 'string', maxLength: 1024 } },
+            },
+          },
+        },
+        async (request, reply) => {
+          const email = request.body.email.trim().toLowerCase();
+          for (const [bucket, limit] of [
+            [`ip:${request.ip}`, LOGIN_LIMITS.perAddress],
+            [`email:${email}`, LOGIN_LIMITS.perAccount],
+          ] as const) {
+            const decision = logins.consume(bucket, limit, 1);
+            if (!decision.allowed) {
+              const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
+              throw new ApiError('rate_limit_exceeded', `Too many sign-in attempts. Wait ${seconds} seconds and try again.`, {
+                headers: { 'retry-after': String(seconds) },
+              });
+            }
+          }
+          const user = await accounts.checkPassword(email, request.body.password);
+          if (!user) {
+            request.log.info('dashboard sign-in refused');
+            throw new ApiError('invalid_credentials', 'The email or the password is wrong.');
+          }
+          beginSession(reply, await accounts.startSession(user.id));
+          request.log.info({ user: user.id }, 'dashboard sign-in');
+          return { user: view(user) };
+        },
+      );
+
+      api.post('/logout', async (request, reply) => {
+        const signed = signedIn(request);
+        endChatKey(await accounts.endSession(signed.token));
+        reply.header('set-cookie', [cookie(SESSION_COOKIE, '', 0, true), cookie(CSRF_COOKIE, '', 0, false)]);
+        return { signedOut: true };
+      });
+
+      api.get('/projects', async (request) => {
+        const { user } = signedIn(request);
+        return { data: keys.listProjects().filter((p) => manages(user, p.id)) };
+      });
+
+      api.post<{ Body: { name: string } }>(
+        '/projects',
+        { schema: { body: { type: 'object', required: ['name'], additionalProperties: false, properties: { name: { type: 'string' } } } } },
+        async (request, reply) => {
+          const { user } = signedIn(request);
+          try {
+            const project = keys.createProject(request.body.name);
+            if (user.role !== 'admin') await accounts.addProject(user.id, project.id);
+            return reply.code(201).send(project);
+          } catch (err) {
+            fromAccounts(err);
+          }
+        },
+      );
+
+      api.get<{ Querystring: { project?: string } }>('/keys', async (request) => {
+        const { user } = signedIn(request);
+        const project = request.query.project !== undefined ? projectFor(user, request.query.project) : undefined;
+        const list = keys.listKeys(project ? { project } : {}).filter((k) => manages(user, k.project));
+        return { data: list.map((k) => ({ ...k, lastUsedAt: deps.usage?.lastUsed(k.id) ?? null })) };
+      });
+
+      const limitSchema = { anyOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }] };
+      api.post<{ Body: { project: string; name?: string; rpm?: number | null; tpm?: number | null } }>(
+        '/keys',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              required: ['project'],
+              additionalProperties: false,
+              properties: { project: { type: 'string' }, name: { type: 'string', maxLength: 100 }, rpm: limitSchema, tpm: limitSchema },
+            },
+          },
+        },
+        async (request, reply) => {
+          const { user } = signedIn(request);
+          const project = projectFor(user, request.body.project);
+          const { name, rpm, tpm } = request.body;
+          try {
+            const created = keys.createKey({ project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) });
+            request.log.info({ key: created.key.id, user: user.id }, 'key created in the dashboard');
+            return reply.code(201).send(created);
+          } catch (err) {
+            fromAccounts(err);
+          }
+        },
+      );
+
+      api.post<{ Params: { id: string }; Body: { graceSeconds?: number } }>(
+        '/keys/:id/rotate',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              additionalProperties: false,
+              properties: { graceSeconds: { type: 'integer', minimum: 0, maximum: 7 * 24 * 3600 } },
+            },
+          },
+        },
+        async (request) => {
+          const { user } = signedIn(request);
+          keyFor(user, request.params.id);
+          try {
+            const rotated = keys.rotateKey(request.params.id, request.body?.graceSeconds ?? 0);
+            request.log.info({ key: rotated.key.id, user: user.id }, 'key rotated in the dashboard');
+            return rotated;
+          } catch (err) {
+            fromAccounts(err);
+          }
+        },
+      );
+
+      api.post<{ Params: { id: string } }>('/keys/:id/revoke', async (request) => {
+        const { user } = signedIn(request);
+        keyFor(user, request.params.id);
+        try {
+          const revoked = keys.revokeKey(request.params.id);
+          request.log.info({ key: revoked.id, user: user.id }, 'key revoked in the dashboard');
+          return revoked;
+        } catch (err) {
+          fromAccounts(err);
+        }
+      });
+
+      api.post<{ Params: { id: string }; Body: { rpm: number | null; tpm: number | null } }>(
+        '/keys/:id/limits',
+        {
+          schema: {
+            body: { type: 'object', required: ['rpm', 'tpm'], additionalProperties: false, properties: { rpm: limitSchema, tpm: limitSchema } },
+          },
+        },
+        async (request) => {
+          const { user } = signedIn(request);
+          keyFor(user, request.params.id);
+          try {
+            return keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
+          } catch (err) {
+            fromAccounts(err);
+          }
+        },
+      );
+
+      // The chat app's key: bound to this session, revoked when it ends. Asking again replaces its secret (only the
+      // page that asked holds it, in memory).
+      api.post<{ Body: { project?: string } }>(
+        '/chat-key',
+        { schema: { body: { type: 'object', additionalProperties: false, properties: { project: { type: 'string' } } } } },
+        async (request) => {
+          const signed = signedIn(request);
+          const { user, session } = signed;
+          if (session.chatKeyId) {
+            try {
+              if (keys.getKey(session.chatKeyId).status === 'active') return { secret: keys.rotateKey(session.chatKeyId).secret };
+            } catch {
+              // Revoked or removed: a new one below.
+            }
+          }
+          const first = request.body?.project ?? user.projects[0] ?? keys.listProjects()[0]?.id;
+          if (!first) throw new ApiError('invalid_request_error', 'Create a project first: the chat app calls the API with a key of one of your projects.');
+          const project = projectFor(user, first);
+          const created = keys.createKey({ project, name: `chat app (${user.email})` });
+          await accounts.setChatKey(signed.token, created.key.id);
+          return { secret: created.secret };
+        },
+      );
+
+      // What the chat app's user sees of scrubbing: their messages as the model receives them.
+      api.post<{ Body: { texts: string[] } }>(
+        '/scrub',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              required: ['texts'],
+              additionalProperties: false,
+              properties: { texts: { type: 'array', maxItems: 256, items: { type: 'string', maxLength: 100_000 } } },
+            },
+          },
+        },
+        async (request) => {
+          signedIn(request);
+          const session = new ScrubSession();
+          const counts = noRedactions();
+          return { texts: request.body.texts.map((text) => session.scrub(text, counts)), redactions: counts };
+        },
+      );
+
+      api.get('/overview', async (request) => {
+        signedIn(request);
+        return {
+          health: healthReport(config, deps.catalog, deps.engines, deps.state, deps.audit, deps.egress, deps.boots),
+          listed: deps.catalog.listed().map((m) => m.id),
+        };
+      });
+    },
+    { prefix: '/dashboard/api' },
+  );
+}
+

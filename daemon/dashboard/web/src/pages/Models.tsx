@@ -1,0 +1,99 @@
+// What this deployment serves and why other models are not listed, readiness, the audit signer and, on sealed
+// postures, the egress counter.
+import { useEffect, useState } from 'preact/hooks';
+import { dash } from '../api.js';
+import { ErrorNote, messageOf } from '../components.js';
+import { t } from '../i18n.js';
+
+interface Health {
+  status: string;
+  posture: string;
+  region: string;
+  sovereign: boolean;
+  models: Array<{ id: string; capability: string; readiness: string; upstream?: string; detail?: string }>;
+  unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
+  audit: { entries: number; signer: string | null; problem: string | null } | null;
+  egress?: { refused: number };
+}
+
+export function ModelsPage() {
+  const [health, setHealth] = useState<Health | null>(null);
+  const [listed, setListed] = useState<string[]>([]);
+  const [error, setError] = useState<string | null>(null);
+
+  useEffect(() => {
+    dash<{ health: Health; listed: string[] }>('GET', '/overview')
+      .then((o) => {
+        setHealth(o.health);
+        setListed(o.listed);
+      })
+      .catch((err) => setError(messageOf(err)));
+  }, []);
+
+  return (
+    <main id="main">
+      <h1>{t('models.title')}</h1>
+      <ErrorNote error={error} />
+      {health && (
+        <>
+          <p data-testid="health-status">
+            {t('models.status', { status: health.status === 'ok' ? t('models.ok') : t('models.degraded'), region: health.region })}
+          </p>
+          {health.egress && <p data-testid="egress">{t('models.egress', { count: health.egress.refused })}</p>}
+          {health.audit && (
+            <p>
+              {t('models.audit', { entries: health.audit.entries })}{' '}
+              <strong class={health.audit.signer === 'tpm' ? 'signer tpm' : 'signer software'}>
+                {health.audit.signer === 'tpm' ? t('audit.signerTpm') : t('audit.signerSoftware')}
+              </strong>
+            </p>
+          )}
+          <h2>{t('models.served')}</h2>
+          <table data-testid="models-table">
+            <thead>
+              <tr>
+                <th scope="col">{t('models.id')}</th>
+                <th scope="col">{t('models.capability')}</th>
+                <th scope="col">{t('models.readiness')}</th>
+                <th scope="col">{t('models.listed')}</th>
+              </tr>
+            </thead>
+            <tbody>
+              {health.models.map((m) => (
+                <tr key={m.id}>
+                  <td dir="ltr">{m.id}</td>
+                  <td>{m.capability}</td>
+                  <td>{m.readiness}</td>
+                  <td>{listed.includes(m.id) ? t('common.yes') : t('common.no')}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <h2>{t('models.unavailable')}</h2>
+          {health.unavailable_models.length === 0 ? (
+            <p>{t('models.noneUnavailable')}</p>
+          ) : (
+            <table>
+              <thead>
+                <tr>
+                  <th scope="col">{t('models.id')}</th>
+                  <th scope="col">{t('models.state')}</th>
+                  <th scope="col">{t('models.reason')}</th>
+                </tr>
+              </thead>
+              <tbody>
+                {health.unavailable_models.map((m) => (
+                  <tr key={m.id}>
+                    <td dir="ltr">{m.id}</td>
+                    <td>{m.state}</td>
+                    <td dir="ltr">{m.reason}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )}
+        </>
+      )}
+    </main>
+  );
+}

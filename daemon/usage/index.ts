@@ -1,0 +1,112 @@
+// Usage per key: calls, errors and rate-limit refusals per endpoint and minute, and when each key was last used, for
+// the dashboard's usage chart and key list. Counting is a map increment after the response has gone; the counts
+// reach lmdb every few seconds (and at close), so a crash loses at most those seconds of counts. The audit log, not
+// this, is the record of every call.
+import type { Database } from 'lmdb';
+import type { Store } from '../store/index.js';
+
+export interface UsageCounts {
+  calls: number;
+  errors: number;
+  limited: number;
+}
+
+export interface UsagePoint extends UsageCounts {
+  /** Start of the minute, ISO 8601. */
+  minute: string;
+  key: string;
+  route: string;
+}
+
+const MINUTE = 60_000;
+const FLUSH_MS = 5_000;
+/** Minutes of counts kept: 30 days. */
+const KEEP_MINUTES = 30 * 24 * 60;
+
+/** `minute|key|route`: the minute first, so a time range is one key range. */
+const bucketKey = (minute: number, key: string, route: string) => `${String(minute).padStart(10, '0')}|${key}|${route}`;
+
+export class UsageMeter {
+  private readonly counts: Database<UsageCounts, string>;
+  private readonly lastUsedDb: Database<number, string>;
+  private pending = new Map<string, UsageCounts>();
+  private readonly lastUsedAt = new Map<string, number>();
+  private timer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> = Promise.resolve();
+
+  constructor(store: Store) {
+    this.counts = store.db<UsageCounts>('usage');
+    this.lastUsedDb = store.db<number>('key-last-used');
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.flush(), FLUSH_MS);
+    this.timer.unref();
+  }
+
+  /** Counts one call that has been answered. */
+  record(key: string, route: string, status: number, now = Date.now()): void {
+    const id = bucketKey(Math.floor(now / MINUTE), key, route);
+    let counts = this.pending.get(id);
+    if (!counts) this.pending.set(id, (counts = { calls: 0, errors: 0, limited: 0 }));
+    counts.calls++;
+    if (status === 429) counts.limited++;
+    else if (status >= 400) counts.errors++;
+    this.lastUsedAt.set(key, now);
+  }
+
+  lastUsed(key: string): string | null {
+    const at = this.lastUsedAt.get(key) ?? this.lastUsedDb.get(key);
+    return at === undefined ? null : new Date(at).toISOString();
+  }
+
+  /** Counts per minute for the given keys since `fromMs` (the last minutes may still be in memory). */
+  series(keys: Set<string>, fromMs: number): UsagePoint[] {
+    const merged = new Map<string, UsageCounts>();
+    for (const { key, value } of this.counts.getRange({ start: bucketKey(Math.floor(fromMs / MINUTE), '', '') })) merged.set(key, { ...value });
+    for (const [id, counts] of this.pending) {
+      const total = merged.get(id);
+      if (total) add(total, counts);
+      else merged.set(id, { ...counts });
+    }
+    const out: UsagePoint[] = [];
+    for (const [id, counts] of merged) {
+      const [minute, key, route] = id.split('|') as [string, string, string];
+      if (Number(minute) * MINUTE < fromMs || !keys.has(key)) continue;
+      out.push({ minute: new Date(Number(minute) * MINUTE).toISOString(), key, route, ...counts });
+    }
+    return out.sort((a, b) => a.minute.localeCompare(b.minute));
+  }
+
+  /** Adds the pending counts to lmdb and drops minutes older than the retention. */
+  flush(): Promise<void> {
+    this.flushing = this.flushing.then(async () => {
+      const pending = this.pending;
+      const lastUsed = [...this.lastUsedAt];
+      this.pending = new Map();
+      if (!pending.size) return;
+      await this.counts.transaction(() => {
+        for (const [id, counts] of pending) {
+          const stored = this.counts.get(id);
+          void this.counts.put(id, stored ? add({ ...stored }, counts) : counts);
+        }
+        for (const [key, at] of lastUsed) void this.lastUsedDb.put(key, at);
+        const horizon = bucketKey(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES, '', '');
+        for (const id of this.counts.getKeys({ end: horizon })) void this.counts.remove(id);
+      });
+    });
+    return this.flushing;
+  }
+
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.flush();
+  }
+}
+
+function add(into: UsageCounts, from: UsageCounts): UsageCounts {
+  into.calls += from.calls;
+  into.errors += from.errors;
+  into.limited += from.limited;
+  return into;
+}
