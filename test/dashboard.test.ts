@@ -59,12 +59,21 @@ t.test('sign-up on cloud: CSRF first, then a session in a Secure HttpOnly SameSi
   t.equal(opened.json.user, null);
   t.equal(opened.json.signup, true, 'self-serve sign-up on cloud');
   t.equal(opened.json.csrf, browser.csrf, 'the page reads the CSRF token the cookie holds');
-  t.match(browser.lastSetCookie[0], /^sov_csrf=[\w-]{43}; Path=\/; SameSite=Strict; Max-Age=\d+; Secure$/, 'the CSRF cookie is readable by the page');
+  t.match(
+    browser.lastSetCookie[0],
+    /^sov_csrf=[\w-]{43}; Path=\/; SameSite=Strict; Max-Age=\d+; Secure$/,
+    'the CSRF cookie is readable by the page',
+  );
 
   const forged = await browser.call('POST', '/signup', { email: 'a@bank.example', password: PASSWORD, project: 'alpha' }, { csrf: null });
   t.equal(forged.status, 403);
   t.equal(forged.json.error.code, 'csrf_token_invalid');
-  const wrong = await browser.call('POST', '/signup', { email: 'a@bank.example', password: PASSWORD, project: 'alpha' }, { csrf: 'x'.repeat(43) });
+  const wrong = await browser.call(
+    'POST',
+    '/signup',
+    { email: 'a@bank.example', password: PASSWORD, project: 'alpha' },
+    { csrf: 'x'.repeat(43) },
+  );
   t.equal(wrong.status, 403);
 
   const weak = await browser.call('POST', '/signup', { email: 'a@bank.example', password: 'short', project: 'alpha' });
@@ -78,7 +87,7 @@ t.test('sign-up on cloud: CSRF first, then a session in a Secure HttpOnly SameSi
   t.match(session, /; SameSite=Strict; Max-Age=\d+; HttpOnly; Secure$/);
   t.notMatch(JSON.stringify(signed.json), /passwordHash|scrypt/, 'no hash in the answer');
 
-  const again = await new DashboardClient(cloud.origin, tls.ca);
+  const again = new DashboardClient(cloud.origin, tls.ca);
   await again.open();
   const duplicate = await again.call('POST', '/signup', { email: 'a@bank.example', password: PASSWORD, project: 'beta' });
   t.equal(duplicate.status, 409);
@@ -168,8 +177,14 @@ t.test('the chat app’s key is bound to the session and dies with it', async (t
   t.equal(await models(first.json.secret), 401, 'asking again replaces the secret');
   t.equal(await models(second.json.secret), 200);
 
-  const preview = await browser.call('POST', '/scrub', { texts: ['رقم هويتي 1000000008', 'again 1000000008 and SA03 8000 0000 6080 1016 7519'] });
-  t.same(preview.json.texts, ['رقم هويتي [NATIONAL_ID]', 'again [NATIONAL_ID] and [IBAN]'], 'the preview numbers values across the conversation');
+  const preview = await browser.call('POST', '/scrub', {
+    texts: ['رقم هويتي 1000000008', 'again 1000000008 and SA03 8000 0000 6080 1016 7519'],
+  });
+  t.same(
+    preview.json.texts,
+    ['رقم هويتي [NATIONAL_ID]', 'again [NATIONAL_ID] and [IBAN]'],
+    'the preview numbers values across the conversation',
+  );
 
   const out = await browser.call('POST', '/logout');
   t.equal(out.status, 200);
@@ -186,7 +201,8 @@ t.test('sign-in: wrong passwords are refused alike and rate-limited; nothing sec
   t.equal(unknown.status, 401);
   t.equal(unknown.json.error.code, 'invalid_credentials');
   const statuses: number[] = [];
-  for (let i = 0; i < 6; i++) statuses.push((await browser.call('POST', '/login', { email: 'a@bank.example', password: `wrong ${i} password` })).status);
+  for (let i = 0; i < 6; i++)
+    statuses.push((await browser.call('POST', '/login', { email: 'a@bank.example', password: `wrong ${i} password` })).status);
   t.same(statuses.slice(0, 5), [401, 401, 401, 401, 401]);
   const limited = await browser.call('POST', '/login', { email: 'a@bank.example', password: PASSWORD });
   t.equal(limited.status, 429, 'even the right password waits once the account’s attempts are spent');
@@ -206,10 +222,14 @@ t.test('device posture: no sign-up; the operator’s account comes from `soverei
   writeFileSync(config, JSON.stringify({ posture: 'device', dataDir, modelsDir: join(dir, 'no-models') }));
   const none = cli(['admin', 'create', '--email', 'op@bank.example', '--config', config]);
   t.not(none.code, 0, 'no password, no account');
-  const short = execFileSync('sh', ['-c', `printf short | "${BIN}" admin create --email op@bank.example --password-stdin --config "${config}"; echo "rc=$?"`], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const short = execFileSync(
+    'sh',
+    ['-c', `printf short | "${BIN}" admin create --email op@bank.example --password-stdin --config "${config}"; echo "rc=$?"`],
+    {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   t.match(short, /rc=2/);
   const made = execFileSync(BIN, ['admin', 'create', '--email', 'op@bank.example', '--password-stdin', '--config', config, '--json'], {
     input: `${PASSWORD}\n`,
@@ -229,7 +249,10 @@ t.test('device posture: no sign-up; the operator’s account comes from `soverei
   const login = await browser.call('POST', '/login', { email: 'OP@bank.example', password: PASSWORD });
   t.equal(login.status, 200);
   t.equal(login.json.user.role, 'admin');
-  t.match(browser.lastSetCookie.find((c) => c.startsWith('sov_session=')), /HttpOnly$/);
+  t.match(
+    browser.lastSetCookie.find((c) => c.startsWith('sov_session=')),
+    /HttpOnly$/,
+  );
   const project = await browser.call('POST', '/projects', { name: 'ops' });
   t.equal(project.status, 201, 'the administrator manages every project');
   const overview = await browser.call('GET', '/overview');

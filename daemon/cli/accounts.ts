@@ -73,7 +73,11 @@ export async function adminCommand(argv: string[]): Promise<number> {
     try {
       const users = new Accounts(store).listUsers().map(view);
       if (json) printJson(users);
-      else printTable(users.map((u) => ({ id: u.id, email: u.email, role: u.role, created: u.createdAt })), ['id', 'email', 'role', 'created']);
+      else
+        printTable(
+          users.map((u) => ({ id: u.id, email: u.email, role: u.role, created: u.createdAt })),
+          ['id', 'email', 'role', 'created'],
+        );
       return 0;
     } finally {
       await store.close();

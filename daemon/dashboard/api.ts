@@ -60,7 +60,8 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
   function projectFor(user: UserRecord, ref: unknown): string {
     const project = typeof ref === 'string' ? keys.findProject(ref) : undefined;
-    if (!project || !manages(user, project.id)) throw new ApiError('not_found', `No project '${String(ref)}' in your account.`, { param: 'project' });
+    if (!project || !manages(user, project.id))
+      throw new ApiError('not_found', `No project '${String(ref)}' in your account.`, { param: 'project' });
     return project.id;
   }
 
@@ -314,7 +315,12 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         '/keys/:id/limits',
         {
           schema: {
-            body: { type: 'object', required: ['rpm', 'tpm'], additionalProperties: false, properties: { rpm: limitSchema, tpm: limitSchema } },
+            body: {
+              type: 'object',
+              required: ['rpm', 'tpm'],
+              additionalProperties: false,
+              properties: { rpm: limitSchema, tpm: limitSchema },
+            },
           },
         },
         async (request) => {
@@ -344,7 +350,11 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             }
           }
           const first = request.body?.project ?? user.projects[0] ?? keys.listProjects()[0]?.id;
-          if (!first) throw new ApiError('invalid_request_error', 'Create a project first: the chat app calls the API with a key of one of your projects.');
+          if (!first)
+            throw new ApiError(
+              'invalid_request_error',
+              'Create a project first: the chat app calls the API with a key of one of your projects.',
+            );
           const project = projectFor(user, first);
           const created = keys.createKey({ project, name: `chat app (${user.email})` });
           await accounts.setChatKey(signed.token, created.key.id);
@@ -384,4 +394,3 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
     { prefix: '/dashboard/api' },
   );
 }
-

@@ -63,7 +63,8 @@ export class UsageMeter {
   /** Counts per minute for the given keys since `fromMs` (the last minutes may still be in memory). */
   series(keys: Set<string>, fromMs: number): UsagePoint[] {
     const merged = new Map<string, UsageCounts>();
-    for (const { key, value } of this.counts.getRange({ start: bucketKey(Math.floor(fromMs / MINUTE), '', '') })) merged.set(key, { ...value });
+    for (const { key, value } of this.counts.getRange({ start: bucketKey(Math.floor(fromMs / MINUTE), '', '') }))
+      merged.set(key, { ...value });
     for (const [id, counts] of this.pending) {
       const total = merged.get(id);
       if (total) add(total, counts);

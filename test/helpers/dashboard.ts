@@ -31,10 +31,10 @@ export class DashboardClient {
     const set = res.headers['set-cookie'] ?? [];
     this.lastSetCookie = set;
     for (const line of set) {
-      const [pair] = line.split(';');
-      const eq = pair!.indexOf('=');
-      const name = pair!.slice(0, eq);
-      const value = pair!.slice(eq + 1);
+      const pair = line.split(';')[0] ?? '';
+      const eq = pair.indexOf('=');
+      const name = pair.slice(0, eq);
+      const value = pair.slice(eq + 1);
       if (/Max-Age=0/.test(line)) this.cookies.delete(name);
       else this.cookies.set(name, value);
     }

@@ -71,7 +71,11 @@ export async function dash<T>(method: 'GET' | 'POST', path: string, body?: unkno
 }
 
 /** A call to /v1 with the chat app's session-bound key. */
-export async function v1(path: string, key: string, init: { method?: string; body?: BodyInit; json?: unknown; signal?: AbortSignal } = {}): Promise<Response> {
+export async function v1(
+  path: string,
+  key: string,
+  init: { method?: string; body?: BodyInit; json?: unknown; signal?: AbortSignal } = {},
+): Promise<Response> {
   const headers: Record<string, string> = { authorization: `Bearer ${key}` };
   let body = init.body;
   if (init.json !== undefined) {

@@ -22,7 +22,14 @@ export function Modal(props: { title: string; onClose: () => void; children: Com
 }
 
 /** Asks before a destructive action. */
-export function Confirm(props: { title: string; message: string; action: string; onConfirm: () => void; onCancel: () => void; children?: ComponentChildren }) {
+export function Confirm(props: {
+  title: string;
+  message: string;
+  action: string;
+  onConfirm: () => void;
+  onCancel: () => void;
+  children?: ComponentChildren;
+}) {
   return (
     <Modal title={props.title} onClose={props.onCancel} testId="confirm">
       <p>{props.message}</p>
@@ -45,6 +52,12 @@ export function ErrorNote(props: { error: string | null }) {
       {props.error}
     </p>
   );
+}
+
+/** A text field of a submitted form ('' when absent). */
+export function field(form: FormData, name: string): string {
+  const value = form.get(name);
+  return typeof value === 'string' ? value : '';
 }
 
 /** What to tell the user about a failure: in their language when the error's code is known, else the server's words. */

@@ -35,5 +35,7 @@ export function t(key: MessageKey, vars: Record<string, string | number> = {}): 
 
 export function formatDate(iso: string | null): string {
   if (!iso) return t('common.never');
-  return new Intl.DateTimeFormat(lang === 'ar' ? 'ar-SA-u-nu-latn' : 'en-GB', { dateStyle: 'medium', timeStyle: 'short' }).format(new Date(iso));
+  return new Intl.DateTimeFormat(lang === 'ar' ? 'ar-SA-u-nu-latn' : 'en-GB', { dateStyle: 'medium', timeStyle: 'short' }).format(
+    new Date(iso),
+  );
 }

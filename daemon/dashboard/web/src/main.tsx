@@ -110,7 +110,12 @@ function App() {
       )}
       {session &&
         (!session.user ? (
-          <SignIn session={session} mode={page === 'signup' ? 'signup' : 'signin'} onSignedIn={(u) => void signedIn(u)} go={(p) => go(p as Page)} />
+          <SignIn
+            session={session}
+            mode={page === 'signup' ? 'signup' : 'signin'}
+            onSignedIn={(u) => void signedIn(u)}
+            go={(p) => go(p as Page)}
+          />
         ) : page === 'chat' ? (
           <ChatPage />
         ) : page === 'models' ? (

@@ -134,7 +134,7 @@ export function ChatPage() {
       <h1>{t('chat.title')}</h1>
       <label>
         {t('chat.model')}
-        <select value={model} onChange={(e) => setModel((e.currentTarget as HTMLSelectElement).value)} data-testid="model-select">
+        <select value={model} onChange={(e) => setModel(e.currentTarget.value)} data-testid="model-select">
           {models.map((id) => (
             <option value={id} key={id}>
               {id}
@@ -158,7 +158,7 @@ export function ChatPage() {
         ))}
       </ol>
       <ErrorNote error={error} />
-      <form onSubmit={send} class="composer">
+      <form onSubmit={(e) => void send(e)} class="composer">
         <label for="prompt" class="visually-hidden">
           {t('chat.prompt')}
         </label>

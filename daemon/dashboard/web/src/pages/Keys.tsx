@@ -2,13 +2,13 @@
 // period, revoke, and edit the key's own rate limits. Destructive actions ask first.
 import { useEffect, useState } from 'preact/hooks';
 import { dash, type Key, type Project, type Session } from '../api.js';
-import { Confirm, ErrorNote, Modal, messageOf } from '../components.js';
+import { Confirm, ErrorNote, Modal, field, messageOf } from '../components.js';
 import { formatDate, t } from '../i18n.js';
 
 type Pending = { kind: 'rotate' | 'revoke' | 'limits'; key: Key } | null;
 
-function numberOrNull(value: FormDataEntryValue | null): number | null {
-  const text = String(value ?? '').trim();
+function numberOrNull(form: FormData, name: string): number | null {
+  const text = field(form, name).trim();
   return text === '' ? null : Number(text);
 }
 
@@ -54,7 +54,7 @@ export function KeysPage(props: { session: Session }) {
     act(async () => {
       event.preventDefault();
       const form = event.currentTarget as HTMLFormElement;
-      const created = await dash<Project>('POST', '/projects', { name: String(new FormData(form).get('name')) });
+      const created = await dash<Project>('POST', '/projects', { name: field(new FormData(form), 'name') });
       form.reset();
       await loadProjects(created.id);
     });
@@ -65,10 +65,10 @@ export function KeysPage(props: { session: Session }) {
       const form = event.currentTarget as HTMLFormElement;
       const data = new FormData(form);
       const body: Record<string, unknown> = { project };
-      if (String(data.get('name') ?? '').trim()) body.name = String(data.get('name')).trim();
+      if (field(data, 'name').trim()) body.name = field(data, 'name').trim();
       if (metered) {
-        body.rpm = numberOrNull(data.get('rpm'));
-        body.tpm = numberOrNull(data.get('tpm'));
+        body.rpm = numberOrNull(data, 'rpm');
+        body.tpm = numberOrNull(data, 'tpm');
       }
       setCopied(false);
       setSecret(await dash<{ key: Key; secret: string }>('POST', '/keys', body));
@@ -96,7 +96,7 @@ export function KeysPage(props: { session: Session }) {
       event.preventDefault();
       const data = new FormData(event.currentTarget as HTMLFormElement);
       setPending(null);
-      await dash('POST', `/keys/${key.id}/limits`, { rpm: numberOrNull(data.get('rpm')), tpm: numberOrNull(data.get('tpm')) });
+      await dash('POST', `/keys/${key.id}/limits`, { rpm: numberOrNull(data, 'rpm'), tpm: numberOrNull(data, 'tpm') });
       await loadKeys();
     });
 
@@ -117,7 +117,7 @@ export function KeysPage(props: { session: Session }) {
         </h2>
         <label>
           {t('keys.project')}
-          <select value={project} onChange={(e) => setProject((e.currentTarget as HTMLSelectElement).value)} data-testid="project-select">
+          <select value={project} onChange={(e) => setProject(e.currentTarget.value)} data-testid="project-select">
             {projects.map((p) => (
               <option value={p.id} key={p.id}>
                 {p.name}
@@ -125,7 +125,7 @@ export function KeysPage(props: { session: Session }) {
             ))}
           </select>
         </label>
-        <form onSubmit={createProject} class="inline">
+        <form onSubmit={(e) => void createProject(e)} class="inline">
           <label>
             {t('keys.newProject')}
             <input name="name" required pattern="[A-Za-z0-9][A-Za-z0-9._\-]{0,63}" dir="ltr" />
@@ -137,7 +137,7 @@ export function KeysPage(props: { session: Session }) {
       {project && (
         <section aria-labelledby="create-heading">
           <h2 id="create-heading">{t('keys.create')}</h2>
-          <form onSubmit={createKey} class="inline" data-testid="create-key">
+          <form onSubmit={(e) => void createKey(e)} class="inline" data-testid="create-key">
             <label>
               {t('keys.name')}
               <input name="name" maxLength={100} />
@@ -195,9 +195,9 @@ export function KeysPage(props: { session: Session }) {
                       {key.rpm ?? t('keys.default')} / {key.tpm ?? t('keys.default')}
                     </td>
                   )}
-                  <td class="actions">
+                  <td>
                     {key.status === 'active' && (
-                      <>
+                      <div class="actions">
                         <button type="button" onClick={() => setPending({ kind: 'rotate', key })}>
                           {t('keys.rotate')}
                         </button>
@@ -209,7 +209,7 @@ export function KeysPage(props: { session: Session }) {
                         <button type="button" class="danger" onClick={() => setPending({ kind: 'revoke', key })}>
                           {t('keys.revoke')}
                         </button>
-                      </>
+                      </div>
                     )}
                   </td>
                 </tr>
@@ -250,7 +250,7 @@ export function KeysPage(props: { session: Session }) {
           <form
             onSubmit={(e) => {
               e.preventDefault();
-              void rotate(pending.key, Number(new FormData(e.currentTarget as HTMLFormElement).get('grace') || 0));
+              void rotate(pending.key, Number(field(new FormData(e.currentTarget), 'grace') || 0));
             }}
           >
             <p>{t('keys.rotateMessage', { id: pending.key.id })}</p>

@@ -3,7 +3,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { dash } from '../api.js';
 import { ErrorNote, messageOf } from '../components.js';
-import { t } from '../i18n.js';
+import { t, type MessageKey } from '../i18n.js';
 
 interface Health {
   status: string;
@@ -62,8 +62,8 @@ export function ModelsPage() {
               {health.models.map((m) => (
                 <tr key={m.id}>
                   <td dir="ltr">{m.id}</td>
-                  <td>{m.capability}</td>
-                  <td>{m.readiness}</td>
+                  <td>{t(`capability.${m.capability}` as MessageKey)}</td>
+                  <td>{t(`readiness.${m.readiness}` as MessageKey)}</td>
                   <td>{listed.includes(m.id) ? t('common.yes') : t('common.no')}</td>
                 </tr>
               ))}
@@ -85,7 +85,7 @@ export function ModelsPage() {
                 {health.unavailable_models.map((m) => (
                   <tr key={m.id}>
                     <td dir="ltr">{m.id}</td>
-                    <td>{m.state}</td>
+                    <td>{t(`state.${m.state}` as MessageKey)}</td>
                     <td dir="ltr">{m.reason}</td>
                   </tr>
                 ))}

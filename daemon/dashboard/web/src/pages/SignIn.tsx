@@ -1,10 +1,15 @@
 // Sign-in, and on cloud and frontier the self-serve sign-up that creates an account and its first project.
 import { useState } from 'preact/hooks';
 import { dash, type Session, type User } from '../api.js';
-import { ErrorNote, messageOf } from '../components.js';
+import { ErrorNote, field, messageOf } from '../components.js';
 import { t } from '../i18n.js';
 
-export function SignIn(props: { session: Session; mode: 'signin' | 'signup'; onSignedIn: (user: User) => void; go: (path: string) => void }) {
+export function SignIn(props: {
+  session: Session;
+  mode: 'signin' | 'signup';
+  onSignedIn: (user: User) => void;
+  go: (path: string) => void;
+}) {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const signup = props.mode === 'signup' && props.session.signup;
@@ -12,8 +17,8 @@ export function SignIn(props: { session: Session; mode: 'signin' | 'signup'; onS
   async function submit(event: Event) {
     event.preventDefault();
     const form = new FormData(event.currentTarget as HTMLFormElement);
-    const body: Record<string, string> = { email: String(form.get('email')), password: String(form.get('password')) };
-    if (signup) body.project = String(form.get('project'));
+    const body: Record<string, string> = { email: field(form, 'email'), password: field(form, 'password') };
+    if (signup) body.project = field(form, 'project');
     setBusy(true);
     setError(null);
     try {
@@ -29,14 +34,21 @@ export function SignIn(props: { session: Session; mode: 'signin' | 'signup'; onS
   return (
     <main class="narrow" id="main">
       <h1>{signup ? t('signin.signupTitle') : t('signin.title')}</h1>
-      <form onSubmit={submit} data-testid={signup ? 'signup-form' : 'signin-form'}>
+      <form onSubmit={(e) => void submit(e)} data-testid={signup ? 'signup-form' : 'signin-form'}>
         <label>
           {t('signin.email')}
           <input name="email" type="email" autocomplete="username" required dir="ltr" />
         </label>
         <label>
           {t('signin.password')}
-          <input name="password" type="password" autocomplete={signup ? 'new-password' : 'current-password'} required minLength={signup ? 12 : 1} dir="ltr" />
+          <input
+            name="password"
+            type="password"
+            autocomplete={signup ? 'new-password' : 'current-password'}
+            required
+            minLength={signup ? 12 : 1}
+            dir="ltr"
+          />
         </label>
         {signup && (
           <label>

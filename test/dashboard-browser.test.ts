@@ -1,0 +1,198 @@
+// The dashboard and chat app end to end, in headless Chromium against a running daemon (cloud posture, HTTPS, the
+// real llama.cpp engine on a tiny generated model): sign up, create a key and use it with the openai client, rotate
+// and revoke it from the page and watch the client fail, chat in Arabic with a national ID in the message and see
+// it redacted, switch languages (the page turns right to left), and see the frontier banner on a frontier daemon.
+// Screenshots of each main screen in both languages go to test-artifacts/screenshots/.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import t from 'tap';
+import { Agent, fetch as undiciFetch } from 'undici';
+import { makeModelFixtures } from './fixtures/models.js';
+import { launchBrowser, newPage, screenshot } from './helpers/browser.js';
+import { createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { selfSignedCert } from './helpers/tls.js';
+
+const PASSWORD = 'a passphrase long enough 42';
+const NATIONAL_ID = '1000000008';
+
+const dir = tempDir(t, 'sov-dashboard-browser-');
+const tls = selfSignedCert(dir);
+const fixtures = makeModelFixtures(dir);
+const dataDir = join(dir, 'cloud-data');
+const config = join(dir, 'cloud.json');
+writeFileSync(
+  config,
+  JSON.stringify({
+    posture: 'cloud',
+    region: 'sa-riyadh-1',
+    listen: { host: '127.0.0.1', port: 0 },
+    tls: { cert: tls.cert, key: tls.key },
+    dataDir,
+    manifest: fixtures.manifest,
+    modelsDir: fixtures.modelsDir,
+  }),
+);
+const ops = createKey(dataDir, 'ops', ['--config', config]);
+const daemon = await startDaemon(t, ['--config', config]);
+const agent = new Agent({ connect: { ca: tls.ca } });
+t.teardown(() => agent.close());
+const fetchWithCa = ((url: string, init: RequestInit) =>
+  undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch;
+const clientFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: daemon.baseURL, maxRetries: 0, fetch: fetchWithCa });
+
+// The engine loads in the background: wait until the chat model is ready.
+for (let until = Date.now() + 60_000; ;) {
+  const health = (await clientFor(ops.secret).get('/health')) as { models: Array<{ id: string; readiness: string }> };
+  if (health.models.some((m) => m.id === 'tiny-chat' && m.readiness === 'ready')) break;
+  if (Date.now() > until) throw new Error(`tiny-chat not ready: ${JSON.stringify(health)}`);
+  await new Promise((r) => setTimeout(r, 200));
+}
+
+const browser = await launchBrowser(t);
+const { page } = await newPage(browser);
+const origin = daemon.origin;
+const statusOf = (apiKey: string) =>
+  clientFor(apiKey)
+    .models.list()
+    .then(() => 200)
+    .catch((e: { status?: number }) => e.status ?? 0);
+
+t.test('sign up, create a key and use it; rotate and revoke it from the page', async (t) => {
+  await page.goto(`${origin}/dashboard/`);
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await screenshot(page, 'signin-en');
+  await page.getByRole('link', { name: /Create one/ }).click();
+  await page.getByLabel('Email').fill('nora@bank.example');
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByLabel('First project name').fill('retail');
+  await page.getByRole('button', { name: 'Create account' }).click();
+  await page.getByRole('heading', { name: 'Projects and keys' }).waitFor();
+
+  t.notMatch(await page.evaluate('document.cookie'), /sov_session/, 'the session cookie is out of the page’s reach');
+
+  await page.getByLabel('Name').fill('mobile app');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  const dialog = page.getByTestId('secret-dialog');
+  await dialog.waitFor();
+  const secret = (await page.getByTestId('secret').textContent())!;
+  t.match(secret, /^sk-sov-/, 'the secret is shown once');
+  await screenshot(page, 'key-secret-en');
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  t.notMatch(await page.content(), new RegExp(secret.slice(-24)), 'and is gone from the page once closed');
+
+  const answer = await clientFor(secret).chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'hello' }],
+    max_tokens: 4,
+  });
+  t.equal(answer.object, 'chat.completion', 'the openai client works with the key');
+
+  const row = page.locator('tr', { hasText: 'mobile app' });
+  await page.reload();
+  await row.waitFor();
+  t.notMatch((await row.locator('td').nth(4).textContent()) ?? '', /never/, 'last used is shown');
+
+  await row.getByRole('button', { name: 'Rotate' }).click();
+  await page.getByTestId('rotate-dialog').getByRole('button', { name: 'Rotate' }).click();
+  await page.getByTestId('secret-dialog').waitFor();
+  const rotated = (await page.getByTestId('secret').textContent())!;
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  t.not(rotated, secret);
+  t.equal(await statusOf(secret), 401, 'the old secret fails after rotation');
+  t.equal(await statusOf(rotated), 200, 'the new one works');
+
+  await row.getByRole('button', { name: 'Revoke' }).click();
+  const confirm = page.getByTestId('confirm');
+  await confirm.getByText(/cannot be undone/).waitFor();
+  await confirm.getByRole('button', { name: 'Revoke' }).click();
+  await row.getByText('revoked').waitFor();
+  t.equal(await statusOf(rotated), 401, 'the client fails once the key is revoked');
+  await screenshot(page, 'keys-en');
+
+  // A change the page did not make (no CSRF token) is refused.
+  const forged = await page.evaluate(async () => {
+    const res = await fetch('/dashboard/api/projects', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"name":"forged"}',
+    });
+    return { status: res.status, body: (await res.json()) as { error: { code: string } } };
+  });
+  t.equal(forged.status, 403);
+  t.equal(forged.body.error.code, 'csrf_token_invalid');
+});
+
+t.test('models and health, then the whole dashboard in Arabic, right to left', async (t) => {
+  await page.getByRole('link', { name: 'Models and health' }).click();
+  await page.getByTestId('models-table').getByText('tiny-chat').waitFor();
+  await page.getByText(/SOFTWARE key/).waitFor();
+  await screenshot(page, 'models-en');
+
+  await page.getByTestId('lang-switch').click();
+  t.equal(await page.getAttribute('html', 'dir'), 'rtl');
+  t.equal(await page.getAttribute('html', 'lang'), 'ar');
+  await page.getByRole('heading', { name: 'النماذج والحالة' }).waitFor();
+  await screenshot(page, 'models-ar');
+  await page.getByRole('link', { name: 'المفاتيح' }).click();
+  await page.getByRole('heading', { name: 'المشاريع والمفاتيح' }).waitFor();
+  await screenshot(page, 'keys-ar');
+});
+
+t.test('chat in Arabic: the national ID never reaches the model, and the page shows where it was redacted', async (t) => {
+  await page.getByRole('link', { name: 'المحادثة' }).click();
+  await page.getByTestId('model-select').locator('option', { hasText: 'tiny-chat' }).waitFor({ state: 'attached' });
+  const message = `مرحباً، رقم هويتي ${NATIONAL_ID} وأريد معرفة رصيدي`;
+  await page.getByLabel('رسالتك').fill(message);
+  await page.getByLabel('رسالتك').press('Enter');
+  const sentAs = page.getByTestId('sent-as');
+  await sentAs.waitFor();
+  const shown = (await sentAs.textContent())!;
+  t.match(shown, /\[NATIONAL_ID\]/, 'the page shows the placeholder the model received');
+  t.notMatch(shown, new RegExp(NATIONAL_ID), 'and not the value');
+  t.equal(await sentAs.locator('mark.redacted').count(), 1, 'the redacted value is marked');
+  await page.locator('li.assistant .leaf').waitFor({ timeout: 60_000 });
+  t.match((await page.locator('li.assistant .leaf').textContent())!, /\d+/, 'the answer names its audit entry');
+  t.equal(await page.locator('li.user p[dir="auto"]').first().getAttribute('dir'), 'auto');
+  await screenshot(page, 'chat-ar');
+
+  const logs = daemon.logs.join('\n');
+  t.notMatch(logs, new RegExp(NATIONAL_ID), 'the ID is not in the daemon’s log');
+
+  await page.getByTestId('lang-switch').click();
+  await page.getByRole('heading', { name: 'Chat' }).waitFor();
+  await screenshot(page, 'chat-en');
+
+  await page.getByTestId('lang-switch').click();
+  await page.getByRole('button', { name: 'تسجيل الخروج' }).click();
+  await page.getByRole('heading', { name: 'تسجيل الدخول' }).waitFor();
+  await screenshot(page, 'signin-ar');
+  await page.getByTestId('lang-switch').click();
+});
+
+t.test('a frontier daemon shows its banner on every screen', async (t) => {
+  const frontierConfig = join(dir, 'frontier.json');
+  writeFileSync(
+    frontierConfig,
+    JSON.stringify({
+      posture: 'frontier',
+      region: 'sa-riyadh-1',
+      listen: { host: '127.0.0.1', port: 0 },
+      tls: { cert: tls.cert, key: tls.key },
+      dataDir: join(dir, 'frontier-data'),
+      modelsDir: join(dir, 'no-models'),
+    }),
+  );
+  const frontier = await startDaemon(t, ['--config', frontierConfig]);
+  const { page: p } = await newPage(browser);
+  await p.goto(`${frontier.origin}/dashboard/`);
+  const banner = p.getByTestId('frontier-banner');
+  await banner.waitFor();
+  t.match((await banner.textContent())!, /leaves the sovereign boundary/);
+  await screenshot(p, 'frontier-en');
+  await p.getByTestId('lang-switch').click();
+  t.match((await banner.textContent())!, /يغادر النطاق السيادي/);
+  await screenshot(p, 'frontier-ar');
+  await p.getByTestId('lang-switch').click();
+  await p.close();
+});

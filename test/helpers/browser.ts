@@ -1,0 +1,42 @@
+// Headless Chromium (Debian's package) driven by playwright-core, for end-to-end tests of the dashboard. Chromium's
+// own background traffic is switched off, and every request it would make to anything but loopback goes to a
+// proxy address on loopback where nothing listens: a test page can reach the daemon under test and nothing else.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { ROOT } from './daemon.js';
+
+export const CHROMIUM = process.env.SOVEREIGN_CHROMIUM ?? '/usr/bin/chromium';
+/** Screenshots of each main screen, kept out of git (.gitignore), for people to look at after a run. */
+export const SCREENSHOTS = join(ROOT, 'test-artifacts', 'screenshots');
+
+export async function launchBrowser(t: { teardown: (fn: () => void | Promise<void>) => void }): Promise<Browser> {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-domain-reliability',
+      '--disable-sync',
+      '--no-pings',
+      '--dns-prefetch-disable',
+      '--proxy-server=http://127.0.0.1:9',
+    ],
+  });
+  t.teardown(() => browser.close());
+  return browser;
+}
+
+export async function newPage(browser: Browser, locale = 'en-US'): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ ignoreHTTPSErrors: true, locale, viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  return { context, page };
+}
+
+export async function screenshot(page: Page, name: string): Promise<void> {
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+}
