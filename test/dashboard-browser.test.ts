@@ -3,14 +3,16 @@
 // and revoke it from the page and watch the client fail, chat in Arabic with a national ID in the message and see
 // it redacted, switch languages (the page turns right to left), and see the frontier banner on a frontier daemon.
 // Screenshots of each main screen in both languages go to test-artifacts/screenshots/.
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
+import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
+import { writeTinyWhisperModel } from './fixtures/whisper.js';
 import { launchBrowser, newPage, screenshot } from './helpers/browser.js';
-import { createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
 
 const PASSWORD = 'a passphrase long enough 42';
@@ -19,6 +21,23 @@ const NATIONAL_ID = '1000000008';
 const dir = tempDir(t, 'sov-dashboard-browser-');
 const tls = selfSignedCert(dir);
 const fixtures = makeModelFixtures(dir);
+// Speech to text too, for the chat app's voice input: the tiny generated whisper model, and espeak-ng as the voice.
+const whisper = writeTinyWhisperModel(join(fixtures.modelsDir, 'tiny-whisper.bin'));
+const manifest = JSON.parse(readFileSync(fixtures.manifest, 'utf8')) as { models: unknown[] };
+manifest.models.push({
+  id: 'tiny-whisper',
+  file: 'tiny-whisper.bin',
+  sha256: whisper.sha256,
+  size: whisper.size,
+  capability: 'transcription',
+  engine: 'whisper.cpp',
+  languages: ['ar', 'en'],
+  context: 448,
+  needs: { ramBytes: 0, vramBytes: 0, gpuRequired: false },
+  ownedBy: 'sovereign-tests',
+});
+writeFileSync(fixtures.manifest, JSON.stringify(manifest));
+const microphone = convert(speech(dir, 'What are the branch opening hours?', 'en'), 'wav', dir);
 const dataDir = join(dir, 'cloud-data');
 const config = join(dir, 'cloud.json');
 writeFileSync(
@@ -44,12 +63,13 @@ const clientFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: daemon.baseU
 // The engine loads in the background: wait until the chat model is ready.
 for (let until = Date.now() + 60_000; ;) {
   const health = (await clientFor(ops.secret).get('/health')) as { models: Array<{ id: string; readiness: string }> };
-  if (health.models.some((m) => m.id === 'tiny-chat' && m.readiness === 'ready')) break;
+  const ready = (id: string) => health.models.some((m) => m.id === id && m.readiness === 'ready');
+  if (ready('tiny-chat') && ready('tiny-whisper')) break;
   if (Date.now() > until) throw new Error(`tiny-chat not ready: ${JSON.stringify(health)}`);
   await new Promise((r) => setTimeout(r, 200));
 }
 
-const browser = await launchBrowser(t);
+const browser = await launchBrowser(t, { microphone });
 const { page } = await newPage(browser);
 const origin = daemon.origin;
 const statusOf = (apiKey: string) =>
@@ -168,6 +188,101 @@ t.test('chat in Arabic: the national ID never reaches the model, and the page sh
   await page.getByRole('heading', { name: 'تسجيل الدخول' }).waitFor();
   await screenshot(page, 'signin-ar');
   await page.getByTestId('lang-switch').click();
+});
+
+t.test('the chat app: a document uploaded and asked about, with citations; a question spoken into the microphone', async (t) => {
+  await page.getByLabel('Email').fill('nora@bank.example');
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('link', { name: 'Chat' }).click();
+  await page.getByTestId('model-select').locator('option', { hasText: 'tiny-chat' }).waitFor({ state: 'attached' });
+  await page.getByText('Documents', { exact: true }).click();
+  const doc = join(dir, 'branch-hours.md');
+  writeFileSync(
+    doc,
+    `# Branch hours\n\nThe Olaya branch opens at eight and closes at four. Salaries go to SA03 8000 0000 6080 1016 7519.\n`,
+  );
+  await page.getByLabel('File (txt, md, html, pdf)').setInputFiles(doc);
+  await page.getByRole('button', { name: 'Upload' }).click();
+  await page
+    .getByTestId('uploads')
+    .getByText(/branch-hours\.md: \d+ passages indexed, 1 personal values redacted first/)
+    .waitFor();
+  t.ok(await page.getByLabel(/Answer from the knowledge base my-documents/).isChecked(), 'questions now go to the knowledge base');
+  await page.getByLabel('Your message').fill('When does the Olaya branch open?');
+  await page.getByLabel('Your message').press('Enter');
+  const citations = page.getByTestId('citations').last();
+  await citations.waitFor({ timeout: 60_000 });
+  const cited = (await citations.textContent())!;
+  t.match(cited, /\[1\] branch-hours\.md/, 'the answer cites the document');
+  t.match(cited, /\[IBAN\]/, 'whose stored text holds the placeholder');
+  t.notMatch(cited, /6080 1016/, 'and never the IBAN');
+  await screenshot(page, 'chat-documents-en');
+  await page.getByLabel(/Answer from the knowledge base/).uncheck();
+
+  // Voice: Chromium's fake microphone plays espeak-ng's recording; the page sends it to /v1/audio/transcriptions.
+  await page.getByTestId('voice').click();
+  await page
+    .getByTestId('voice-status')
+    .getByText(/Recording/)
+    .waitFor();
+  await new Promise((r) => setTimeout(r, 1500));
+  await page.getByTestId('voice').click();
+  await page
+    .getByTestId('voice-status')
+    .getByText(/Transcribed/)
+    .waitFor({ timeout: 60_000 });
+  t.notOk(await page.locator('p.error[role="alert"]:not([hidden])').count(), 'no error from the transcription');
+});
+
+t.test('usage, and the audit log verified in the browser by an administrator', async (t) => {
+  const made = cli(['admin', 'create', '--email', 'auditor@bank.example', '--password-stdin', '--config', config], {}, `${PASSWORD}\n`);
+  t.equal(made.code, 0, made.stderr);
+  // A call whose receipt the auditor will look up by its request id.
+  const { response } = await clientFor(ops.secret).models.list().withResponse();
+  const requestId = response.headers.get('x-request-id')!;
+
+  const { context, page: admin } = await newPage(browser);
+  await admin.goto(`${origin}/dashboard/`);
+  await admin.getByLabel('Email').fill('auditor@bank.example');
+  await admin.getByLabel('Password').fill(PASSWORD);
+  await admin.getByRole('button', { name: 'Sign in' }).click();
+  await admin.getByRole('heading', { name: 'Projects and keys' }).waitFor();
+
+  await admin.getByRole('link', { name: 'Usage' }).click();
+  await admin.getByTestId('usage-chart').waitFor();
+  await admin.getByTestId('usage-table').getByText('/v1/models').first().waitFor();
+  await screenshot(admin, 'usage-en');
+
+  await admin.getByRole('link', { name: 'Audit' }).click();
+  t.match((await admin.getByTestId('signer').textContent())!, /SOFTWARE key, not the TPM/, 'a software signer is unmistakable');
+  await admin.getByRole('button', { name: 'Verify the whole log' }).click();
+  const verdict = admin.getByTestId('verify-result');
+  await verdict.waitFor({ timeout: 60_000 });
+  const text = (await verdict.textContent())!;
+  t.match(text, /^VERIFIED/, 'the whole log verifies in the page');
+  t.match(text, /consistency proofs ok/);
+  t.match(text, /every checkpoint's root recomputed from them/);
+
+  // The receipt of one call, found by its request id (once a checkpoint covers it).
+  for (let i = 0; ; i++) {
+    await admin.getByLabel('Request id (X-Request-Id)').fill(requestId);
+    await admin.getByRole('button', { name: 'Find' }).click();
+    if (await admin.getByTestId('receipt').isVisible()) break;
+    if (i > 20) throw new Error('no receipt for the call');
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  await admin.getByRole('button', { name: 'Verify this receipt' }).click();
+  t.match((await admin.getByTestId('receipt-result').textContent())!, /^VERIFIED.*included in checkpoint/);
+  await screenshot(admin, 'audit-en');
+
+  await admin.getByTestId('lang-switch').click();
+  await admin.getByRole('heading', { name: 'سجل التدقيق' }).waitFor();
+  await screenshot(admin, 'audit-ar');
+  await admin.getByRole('link', { name: 'الاستخدام' }).click();
+  await admin.getByTestId('usage-chart').waitFor();
+  await screenshot(admin, 'usage-ar');
+  await context.close();
 });
 
 t.test('a frontier daemon shows its banner on every screen', async (t) => {

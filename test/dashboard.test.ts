@@ -3,11 +3,10 @@
 // the posture allows it and operator accounts from `sovereign admin create` elsewhere; sign-in rate-limited; keys
 // created, rotated, limited and revoked with effect on /v1; each account sees only its own projects; the chat
 // app's key dies with its session; no secret or password in the logs.
-import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { BIN, cli, startDaemon, tempDir } from './helpers/daemon.js';
+import { cli, startDaemon, tempDir } from './helpers/daemon.js';
 import { DashboardClient } from './helpers/dashboard.js';
 import { request } from './helpers/http.js';
 import { selfSignedCert } from './helpers/tls.js';
@@ -216,26 +215,75 @@ t.test('sign-in: wrong passwords are refused alike and rate-limited; nothing sec
   t.notMatch(logs, /sov_session=/, 'no session cookie in the log');
 });
 
+t.test('usage per key and endpoint, and the audit trail as each account may see it', async (t) => {
+  const browser = new DashboardClient(cloud.origin, tls.ca);
+  await browser.open();
+  await browser.call('POST', '/signup', { email: 'usage@bank.example', password: PASSWORD, project: 'usage-proj' });
+  const { secret, key } = (await browser.call('POST', '/keys', { project: 'usage-proj', rpm: 3 })).json;
+  const calls = [];
+  for (let i = 0; i < 4; i++)
+    calls.push(await request(`${cloud.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` }, ca: tls.ca }));
+  t.same(
+    calls.map((c) => c.status),
+    [200, 200, 200, 429],
+  );
+  const usage = await browser.call('GET', '/usage?project=usage-proj&hours=1');
+  t.same(
+    usage.json.keys.map((k: { id: string }) => k.id),
+    [key.id],
+  );
+  const points = usage.json.series.filter((p: { key: string; route: string }) => p.key === key.id && p.route === '/v1/models');
+  const sum = (field: string) => points.reduce((a: number, p: Record<string, number>) => a + p[field], 0);
+  t.equal(sum('calls'), 4, 'every call counted');
+  t.equal(sum('limited'), 1, 'the rate-limit refusal counted as such');
+  t.equal((await browser.call('GET', '/usage?project=keys-proj')).status, 404, 'not another account’s project');
+
+  const summary = await browser.call('GET', '/audit');
+  t.equal(summary.json.signer, 'software');
+  t.equal(summary.json.canExport, false, 'a member does not export the whole log');
+  t.equal((await browser.call('GET', '/audit/anchors.json')).status, 403);
+  t.equal((await browser.call('GET', '/audit/entries.jsonl')).status, 403);
+
+  // The receipt of one's own call, found by its request id, once a checkpoint covers it.
+  const requestId = String(calls[0].headers['x-request-id']);
+  let receipt = await browser.call('GET', `/audit/lookup?request_id=${requestId}`);
+  for (let i = 0; i < 50 && receipt.status === 503; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    receipt = await browser.call('GET', `/audit/lookup?request_id=${requestId}`);
+  }
+  t.equal(receipt.status, 200);
+  t.equal(receipt.json.entry.request_id, requestId);
+  t.equal(String(receipt.json.leaf), calls[0].headers['x-audit-leaf']);
+  t.ok(receipt.json.inclusion, 'with its inclusion proof');
+
+  const stranger = new DashboardClient(cloud.origin, tls.ca);
+  await stranger.open();
+  await stranger.call('POST', '/signup', { email: 'nosy@bank.example', password: PASSWORD, project: 'nosy-proj' });
+  const nosy = await stranger.call('GET', `/audit/lookup?request_id=${requestId}`);
+  t.equal(nosy.status, 404, 'another project’s call is not found');
+  t.equal((await stranger.call('GET', '/audit/lookup?request_id=nonsense')).status, 400);
+
+  const verifier = await browser.call('GET', '/audit/verify-anchors.mjs');
+  t.equal(verifier.status, 200);
+  t.match(verifier.headers['content-disposition'], /attachment; filename="verify-anchors.mjs"/);
+  t.match(verifier.text, /^#!\/usr\/bin\/env node\n\/\/ verify-anchors\.mjs/);
+});
+
 t.test('device posture: no sign-up; the operator’s account comes from `sovereign admin create`', async (t) => {
   const dataDir = join(dir, 'device-data');
   const config = join(dir, 'device.json');
   writeFileSync(config, JSON.stringify({ posture: 'device', dataDir, modelsDir: join(dir, 'no-models') }));
   const none = cli(['admin', 'create', '--email', 'op@bank.example', '--config', config]);
   t.not(none.code, 0, 'no password, no account');
-  const short = execFileSync(
-    'sh',
-    ['-c', `printf short | "${BIN}" admin create --email op@bank.example --password-stdin --config "${config}"; echo "rc=$?"`],
-    {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
+  const short = cli(['admin', 'create', '--email', 'op@bank.example', '--password-stdin', '--config', config], {}, 'short\n');
+  t.equal(short.code, 2);
+  t.match(short.stderr, /at least 12 characters/);
+  const made = cli(
+    ['admin', 'create', '--email', 'op@bank.example', '--password-stdin', '--config', config, '--json'],
+    {},
+    `${PASSWORD}\n`,
   );
-  t.match(short, /rc=2/);
-  const made = execFileSync(BIN, ['admin', 'create', '--email', 'op@bank.example', '--password-stdin', '--config', config, '--json'], {
-    input: `${PASSWORD}\n`,
-    encoding: 'utf8',
-  });
-  t.equal(JSON.parse(made).role, 'admin');
+  t.equal(made.json.role, 'admin');
   t.match(cli(['admin', 'list', '--config', config]).stdout, /op@bank\.example\s+admin/);
 
   const device = await startDaemon(t, ['--config', config]);
@@ -258,4 +306,16 @@ t.test('device posture: no sign-up; the operator’s account comes from `soverei
   const overview = await browser.call('GET', '/overview');
   t.equal(overview.json.health.posture, 'device');
   t.ok(overview.json.health.egress, 'the egress counter on a sealed posture');
+
+  const anchors = await browser.call('GET', '/audit/anchors.json');
+  t.equal(anchors.status, 200, 'an administrator exports the log');
+  t.equal(anchors.json.object, 'audit.anchors');
+  const entries = await browser.call('GET', `/audit/entries.jsonl?size=${anchors.json.tree_size}`);
+  t.equal(entries.status, 200);
+  t.equal(
+    entries.text === '' ? 0 : entries.text.trimEnd().split('\n').length,
+    anchors.json.tree_size,
+    'as many entries as the anchors cover',
+  );
+  t.equal((await browser.call('GET', `/audit/entries.jsonl?size=${anchors.json.tree_size + 1000}`)).status, 400);
 });

@@ -17,21 +17,177 @@
 //   node verify-anchors.mjs --key public-key.pem --export DIR [--state FILE] [--require-tpm] [--ak FILE]
 //   node verify-anchors.mjs --key public-key.pem --anchors anchors.json [--state FILE] [--require-tpm] [--ak FILE]
 //   node verify-anchors.mjs --key public-key.pem --receipt receipt.json [--require-tpm] [--ak FILE]
-import { createHash, createPublicKey, verify as verifySignature } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+//
+// The same file also runs in a web browser (the dashboard verifies the log in the page with this very code):
+//
+//   import { verify, Failure } from './verify-anchors.mjs';
+//   const { lines, latest } = await verify({ keyPems, anchors, entries, state, requireTpm, akPem });
+//
+// where entries are the lines of entries.jsonl as UTF-8 bytes (Uint8Array). So the checks use only what Node ≥ 20
+// and browsers share: Uint8Array, btoa, TextEncoder and WebCrypto for signatures, and SHA-256 in plain
+// JavaScript below (the Merkle code hashes hundreds of thousands of times and stays synchronous). Node's own modules
+// are imported only in main(), when it runs as a program.
 
-class Failure extends Error {}
+/** The first thing that is wrong with the log (anything else thrown is a failure to verify at all). */
+export class Failure extends Error {}
 
-const sha256 = (...parts) => {
-  const h = createHash('sha256');
-  for (const p of parts) h.update(p);
-  return h.digest();
-};
-const leafHash = (entry) => sha256(Buffer.of(0), entry);
-const nodeHash = (l, r) => sha256(Buffer.of(1), l, r);
+const encoder = new TextEncoder();
+const utf8 = (text) => encoder.encode(text);
+const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+const toBase64 = (bytes) => btoa(Array.from(bytes, (b) => String.fromCharCode(b)).join(''));
+const equal = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+// Base64 is decoded as Node's Buffer.from(text, 'base64') decodes it, which earlier versions of this script used:
+// both alphabets, other characters skipped, stop at the first '=', a partial last group kept. So the same input gives
+// the same verdict and the same message. Where exact form matters (a note's root line) the caller re-encodes and
+// compares.
+const BASE64_VALUES = new Int8Array(256).fill(-1);
+for (const [i, c] of [...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'].entries()) {
+  BASE64_VALUES[c.charCodeAt(0)] = i;
+}
+BASE64_VALUES['-'.charCodeAt(0)] = 62;
+BASE64_VALUES['_'.charCodeAt(0)] = 63;
+function fromBase64(text) {
+  if (typeof text !== 'string') throw new TypeError(`expected a base64 string, got ${text === null ? 'null' : typeof text}`);
+  const out = new Uint8Array(Math.ceil((text.length * 3) / 4));
+  let length = 0;
+  let bits = 0;
+  let count = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i) & 0xff; // Node reads a UTF-16 code unit's low byte
+    if (c === 0x3d) break; // '='
+    const value = BASE64_VALUES[c];
+    if (value < 0) continue;
+    bits = (bits << 6) | value;
+    if (++count % 4 === 0) {
+      out[length++] = bits >> 16;
+      out[length++] = (bits >> 8) & 0xff;
+      out[length++] = bits & 0xff;
+      bits = 0;
+    }
+  }
+  if (count % 4 === 2) out[length++] = bits >> 4;
+  if (count % 4 === 3) {
+    out[length++] = bits >> 10;
+    out[length++] = (bits >> 2) & 0xff;
+  }
+  return out.subarray(0, length);
+}
+
+// SHA-256 (FIPS 180-4), synchronous. One schedule and one block buffer for the whole module, reused by every call.
+const K = new Uint32Array([
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be,
+  0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa,
+  0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85,
+  0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3,
+  0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
+  0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+]);
+const H0 = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+const H = new Uint32Array(8);
+const W = new Uint32Array(64);
+const BLOCK = new Uint8Array(64);
+
+/** Folds the 64-byte block at bytes[at] into H. */
+function compress(bytes, at) {
+  for (let i = 0; i < 16; i++, at += 4) W[i] = (bytes[at] << 24) | (bytes[at + 1] << 16) | (bytes[at + 2] << 8) | bytes[at + 3];
+  for (let i = 16; i < 64; i++) {
+    const x = W[i - 15];
+    const y = W[i - 2];
+    const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
+    const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
+    W[i] = (W[i - 16] + s0 + W[i - 7] + s1) | 0;
+  }
+  let a = H[0];
+  let b = H[1];
+  let c = H[2];
+  let d = H[3];
+  let e = H[4];
+  let f = H[5];
+  let g = H[6];
+  let h = H[7];
+  for (let i = 0; i < 64; i++) {
+    const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+    const t1 = (h + S1 + ((e & f) ^ (~e & g)) + K[i] + W[i]) | 0;
+    const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+    const t2 = (S0 + ((a & b) ^ (a & c) ^ (b & c))) | 0;
+    h = g;
+    g = f;
+    f = e;
+    e = (d + t1) | 0;
+    d = c;
+    c = b;
+    b = a;
+    a = (t1 + t2) | 0;
+  }
+  H[0] += a;
+  H[1] += b;
+  H[2] += c;
+  H[3] += d;
+  H[4] += e;
+  H[5] += f;
+  H[6] += g;
+  H[7] += h;
+}
+
+/** SHA-256 of the parts (Uint8Array, or strings as UTF-8) one after the other. */
+function sha256(...parts) {
+  H.set(H0);
+  let filled = 0;
+  let total = 0;
+  for (const part of parts) {
+    const bytes = typeof part === 'string' ? utf8(part) : part;
+    total += bytes.length;
+    let at = 0;
+    if (filled > 0) {
+      at = Math.min(64 - filled, bytes.length);
+      BLOCK.set(bytes.subarray(0, at), filled);
+      filled += at;
+      if (filled < 64) continue;
+      compress(BLOCK, 0);
+      filled = 0;
+    }
+    for (; at + 64 <= bytes.length; at += 64) compress(bytes, at);
+    BLOCK.set(bytes.subarray(at), 0);
+    filled = bytes.length - at;
+  }
+  BLOCK[filled++] = 0x80;
+  if (filled > 56) {
+    BLOCK.fill(0, filled);
+    compress(BLOCK, 0);
+    filled = 0;
+  }
+  BLOCK.fill(0, filled, 56);
+  const bits = total * 8;
+  const high = Math.floor(bits / 0x100000000);
+  BLOCK.set(
+    [
+      high >>> 24,
+      (high >>> 16) & 0xff,
+      (high >>> 8) & 0xff,
+      high & 0xff,
+      bits >>> 24,
+      (bits >>> 16) & 0xff,
+      (bits >>> 8) & 0xff,
+      bits & 0xff,
+    ],
+    56,
+  );
+  compress(BLOCK, 0);
+  const digest = new Uint8Array(32);
+  for (let i = 0; i < 8; i++) {
+    digest[i * 4] = H[i] >>> 24;
+    digest[i * 4 + 1] = H[i] >>> 16;
+    digest[i * 4 + 2] = H[i] >>> 8;
+    digest[i * 4 + 3] = H[i];
+  }
+  return digest;
+}
+
+const LEAF_PREFIX = Uint8Array.of(0);
+const NODE_PREFIX = Uint8Array.of(1);
+const leafHash = (entry) => sha256(LEAF_PREFIX, entry);
+const nodeHash = (l, r) => sha256(NODE_PREFIX, l, r);
 const EMPTY_ROOT = sha256();
 
 /** RFC 9162 §2.1.3.2. */
@@ -52,14 +208,14 @@ export function verifyInclusion(leaf, index, size, proof, root) {
     fn = Math.floor(fn / 2);
     sn = Math.floor(sn / 2);
   }
-  return sn === 0 && r.equals(root);
+  return sn === 0 && equal(r, root);
 }
 
 /** RFC 9162 §2.1.4.2. */
 export function verifyConsistency(m, n, firstRoot, secondRoot, proof) {
   if (!Number.isSafeInteger(m) || !Number.isSafeInteger(n) || m < 0 || m > n) return false;
-  if (m === n) return proof.length === 0 && firstRoot.equals(secondRoot);
-  if (m === 0) return proof.length === 0 && firstRoot.equals(EMPTY_ROOT);
+  if (m === n) return proof.length === 0 && equal(firstRoot, secondRoot);
+  if (m === 0) return proof.length === 0 && equal(firstRoot, EMPTY_ROOT);
   if (!proof.length || proof.some((p) => p.length !== 32)) return false;
   const path = (m & (m - 1)) === 0 ? [firstRoot, ...proof] : proof;
   let fn = m - 1;
@@ -83,7 +239,7 @@ export function verifyConsistency(m, n, firstRoot, secondRoot, proof) {
     fn = Math.floor(fn / 2);
     sn = Math.floor(sn / 2);
   }
-  return sn === 0 && fr.equals(firstRoot) && sr.equals(secondRoot);
+  return sn === 0 && equal(fr, firstRoot) && equal(sr, secondRoot);
 }
 
 /** Tree heads of every prefix size asked for, from the leaves in one pass (a stack of complete subtrees). */
@@ -116,8 +272,49 @@ function canonicalJson(value) {
   return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`).join(',')}}`;
 }
 
+const ECDSA_P256 = { name: 'ECDSA', namedCurve: 'P-256' };
+
+/** A P-256 public key from PEM (SPKI) and its key ID: the first 4 bytes of SHA-256 of its DER, in hex. */
+async function importKey(pem) {
+  try {
+    const body = /-----BEGIN PUBLIC KEY-----([^-]*)-----END PUBLIC KEY-----/.exec(pem)[1];
+    const key = await crypto.subtle.importKey('spki', fromBase64(body), ECDSA_P256, true, ['verify']);
+    // The ID is of the DER as exported again (as the daemon computes it), not of whatever the file holds.
+    return { key, id: toHex(sha256(new Uint8Array(await crypto.subtle.exportKey('spki', key))).subarray(0, 4)) };
+  } catch {
+    // Not PEM, not SPKI, another algorithm or another curve: WebCrypto does not say which.
+    throw new Failure('a public key is not an ECDSA P-256 key');
+  }
+}
+
+/**
+ * A DER ECDSA signature (SEQUENCE of INTEGER r, INTEGER s) as IEEE P1363 (r‖s, 32 bytes each), which WebCrypto
+ * takes; null unless it is strict DER, which is all OpenSSL accepts (no long lengths, no padding, no negatives).
+ */
+function derToP1363(der) {
+  if (der.length < 8 || der.length > 72 || der[0] !== 0x30 || der[1] !== der.length - 2) return null;
+  const out = new Uint8Array(64);
+  let at = 2;
+  for (const end of [32, 64]) {
+    const length = der[at + 1];
+    if (der[at] !== 0x02 || length === 0 || length > 33 || at + 2 + length > der.length) return null;
+    let int = der.subarray(at + 2, at + 2 + length);
+    if (int[0] & 0x80 || (length > 1 && int[0] === 0 && !(int[1] & 0x80))) return null;
+    if (length === 33) int = int.subarray(1);
+    out.set(int, end - int.length);
+    at += 2 + length;
+  }
+  return at === der.length ? out : null;
+}
+
+/** Whether `der` is key's ECDSA signature of SHA-256(data); a malformed signature does not verify. */
+async function verifySignature(data, key, der) {
+  const signature = derToP1363(der);
+  return signature !== null && crypto.subtle.verify({ name: 'ECDSA', hash: 'SHA-256' }, key, signature, data);
+}
+
 /** Parses and checks one signed note against the trusted keys (by key ID); returns its size, root and signer. */
-function checkNote(checkpoint, trusted, origin) {
+async function checkNote(checkpoint, trusted, origin) {
   const note = checkpoint.note;
   const split = note.indexOf('\n\n');
   if (split < 0) throw new Failure(`checkpoint ${checkpoint.seq}: not a signed note (no blank line)`);
@@ -127,8 +324,8 @@ function checkNote(checkpoint, trusted, origin) {
   if (noteOrigin !== origin) throw new Failure(`checkpoint ${checkpoint.seq}: origin '${noteOrigin}' is not '${origin}'`);
   if (!/^(0|[1-9][0-9]*)$/.test(sizeLine ?? '')) throw new Failure(`checkpoint ${checkpoint.seq}: bad size line`);
   const size = Number(sizeLine);
-  const root = Buffer.from(rootLine ?? '', 'base64');
-  if (root.length !== 32 || root.toString('base64') !== rootLine) throw new Failure(`checkpoint ${checkpoint.seq}: bad root line`);
+  const root = fromBase64(rootLine ?? '');
+  if (root.length !== 32 || toBase64(root) !== rootLine) throw new Failure(`checkpoint ${checkpoint.seq}: bad root line`);
   if (checkpoint.size !== undefined && checkpoint.size !== size)
     throw new Failure(`checkpoint ${checkpoint.seq}: size ${checkpoint.size} does not match its signed text (${size})`);
   if (checkpoint.root !== undefined && checkpoint.root !== rootLine)
@@ -142,13 +339,11 @@ function checkNote(checkpoint, trusted, origin) {
     .filter(Boolean)) {
     const match = /^\u2014 (\S+) ([A-Za-z0-9+/=]+)$/.exec(line);
     if (!match) throw new Failure(`checkpoint ${checkpoint.seq}: malformed signature line`);
-    const blob = Buffer.from(match[2], 'base64');
-    const key = trusted.get(blob.subarray(0, 4).toString('hex'));
+    const blob = fromBase64(match[2]);
+    const key = trusted.get(toHex(blob.subarray(0, 4)));
     if (match[1] !== origin || !key) continue; // another key's signature
-    if (!verifySignature('sha256', Buffer.from(text), key, blob.subarray(4))) {
-      throw new Failure(
-        `checkpoint ${checkpoint.seq}: the signature does not verify with the public key ${blob.subarray(0, 4).toString('hex')}`,
-      );
+    if (!(await verifySignature(utf8(text), key, blob.subarray(4)))) {
+      throw new Failure(`checkpoint ${checkpoint.seq}: the signature does not verify with the public key ${toHex(blob.subarray(0, 4))}`);
     }
     verified = true;
   }
@@ -157,54 +352,61 @@ function checkNote(checkpoint, trusted, origin) {
   return { seq: checkpoint.seq, size, root, signer, time };
 }
 
+/** A big-endian unsigned integer; past the end it throws the error Node's Buffer threw, so messages stay the same. */
+function readUint(bytes, at, size) {
+  if (at + size > bytes.length)
+    throw new RangeError(`The value of "offset" is out of range. It must be >= 0 and <= ${bytes.length - size}. Received ${at}`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return size === 8 ? view.getBigUint64(at) : size === 4 ? view.getUint32(at) : view.getUint16(at);
+}
+
 /** The TPM clock in a quote (TPMS_ATTEST, TPM 2.0 Part 2 §10.12) after checking it quotes this note's text. */
-function checkQuote(checkpoint, akKey) {
+async function checkQuote(checkpoint, akKey) {
   const what = `checkpoint ${checkpoint.seq}`;
   const quote = checkpoint.quote;
   if (!quote) throw new Failure(`${what}: no TPM quote (not bound to the TPM's clock)`);
-  const attest = Buffer.from(quote.attest, 'base64');
-  if (!verifySignature('sha256', attest, akKey, Buffer.from(quote.signature, 'base64'))) {
+  const attest = fromBase64(quote.attest);
+  if (!(akKey && (await verifySignature(attest, akKey, fromBase64(quote.signature))))) {
     throw new Failure(`${what}: the TPM quote's signature does not verify with the attestation key`);
   }
-  if (attest.length < 10 || attest.readUInt32BE(0) !== 0xff544347 || attest.readUInt16BE(4) !== 0x8018)
+  if (attest.length < 10 || readUint(attest, 0, 4) !== 0xff544347 || readUint(attest, 4, 2) !== 0x8018)
     throw new Failure(`${what}: the quote is not a TPM quote`);
   let at = 6;
-  at += 2 + attest.readUInt16BE(at);
-  const extraSize = attest.readUInt16BE(at);
+  at += 2 + readUint(attest, at, 2);
+  const extraSize = readUint(attest, at, 2);
   const extra = attest.subarray(at + 2, at + 2 + extraSize);
   at += 2 + extraSize;
   const text = checkpoint.note.slice(0, checkpoint.note.indexOf('\n\n') + 1);
-  if (!extra.equals(sha256(text)))
+  if (!equal(extra, sha256(text)))
     throw new Failure(`${what}: the TPM quote is for another text (its qualifying data is not this checkpoint's digest)`);
-  return { clock: attest.readBigUInt64BE(at), resetCount: attest.readUInt32BE(at + 8), restartCount: attest.readUInt32BE(at + 12) };
+  return { clock: readUint(attest, at, 8), resetCount: readUint(attest, at + 8, 4), restartCount: readUint(attest, at + 12, 4) };
 }
 
 const hashes = (list, what) => {
   if (!Array.isArray(list)) throw new Failure(`${what}: missing proof`);
   return list.map((h) => {
-    const b = Buffer.from(h, 'base64');
+    const b = fromBase64(h);
     if (b.length !== 32) throw new Failure(`${what}: a proof hash is not 32 bytes`);
     return b;
   });
 };
 
-/** Verifies; returns the lines to print. Throws Failure naming the first thing that is wrong. */
-export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requireTpm, akPem }) {
+/**
+ * Verifies; resolves to the lines to print and the newest checkpoint (for a state file). Rejects with a Failure
+ * naming the first thing that is wrong. `entries` (with an export) are the entries' bytes, one Uint8Array each.
+ * @param {{ keyPem?: string, keyPems?: string[], anchors?: any, entries?: Uint8Array[], receipt?: any, state?: any,
+ *   requireTpm?: boolean, akPem?: string }} input
+ * @returns {Promise<{ lines: string[], latest: any }>}
+ */
+export async function verify({ keyPem, keyPems, anchors, entries, receipt, state, requireTpm, akPem }) {
   const out = [];
   // Every key the operator trusts (more than one after a key was replaced), by key ID.
   const trusted = new Map();
   for (const pem of keyPems ?? [keyPem]) {
-    const key = createPublicKey(pem);
-    if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1')
-      throw new Failure('a public key is not an ECDSA P-256 key');
-    trusted.set(
-      sha256(key.export({ type: 'spki', format: 'der' }))
-        .subarray(0, 4)
-        .toString('hex'),
-      key,
-    );
+    const { key, id } = await importKey(pem);
+    trusted.set(id, key);
   }
-  const keyId = Buffer.from([...trusted.keys()][0], 'hex');
+  const keyId = [...trusted.keys()][0];
   const doc = receipt ?? anchors;
   const origin = doc.origin;
   if (typeof origin !== 'string' || !origin) throw new Failure('the JSON names no origin');
@@ -213,25 +415,31 @@ export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requ
       `the log is signed now by key ${doc.key_id}, which is not among the trusted keys (${[...trusted.keys()].join(', ')})`,
     );
   out.push(`log ${origin}, trusted key${trusted.size > 1 ? 's' : ''} ${[...trusted.keys()].join(', ')}`);
-  const noteCheck = (c) => {
-    const checked = checkNote(c, trusted, origin);
+  const noteCheck = async (c) => {
+    const checked = await checkNote(c, trusted, origin);
     if (checked.signer !== 'tpm') {
       if (requireTpm) throw new Failure(`checkpoint ${c.seq} was signed by a ${checked.signer} key, not the TPM`);
     }
     return checked;
   };
 
-  const akKey = akPem ? createPublicKey(akPem) : undefined;
+  // The attestation key's type was never checked: one that is not P-256 (null here) verifies no quote.
+  const akKey = akPem
+    ? await importKey(akPem).then(
+        ({ key }) => key,
+        () => null,
+      )
+    : undefined;
   if (receipt) {
-    const c = noteCheck(receipt.checkpoint);
-    if (akKey) checkQuote(receipt.checkpoint, akKey);
+    const c = await noteCheck(receipt.checkpoint);
+    if (akKey !== undefined) await checkQuote(receipt.checkpoint, akKey);
     if (!Number.isSafeInteger(receipt.leaf) || receipt.leaf < 0) throw new Failure('the receipt names no valid leaf');
     if (typeof receipt.entry_canonical !== 'string') throw new Failure('the receipt has no entry_canonical');
     // What a reader sees (entry) must be exactly what was hashed (entry_canonical).
     if (receipt.entry !== undefined && canonicalJson(receipt.entry) !== receipt.entry_canonical) {
       throw new Failure(`entry ${receipt.leaf}: the entry shown differs from the bytes that were logged`);
     }
-    const entryBytes = Buffer.from(receipt.entry_canonical, 'utf8');
+    const entryBytes = utf8(receipt.entry_canonical);
     const proof = hashes(receipt.inclusion, `entry ${receipt.leaf}`);
     if (!verifyInclusion(leafHash(entryBytes), receipt.leaf, c.size, proof, c.root)) {
       throw new Failure(`entry ${receipt.leaf}: its inclusion proof does not lead to checkpoint ${c.seq}'s root`);
@@ -243,7 +451,9 @@ export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requ
 
   const list = [...(anchors.checkpoints ?? [])].sort((a, b) => a.seq - b.seq);
   if (!list.length) throw new Failure('no checkpoints to verify');
-  const checked = list.map(noteCheck);
+  // One at a time, in order, so the failure named is the first one.
+  const checked = [];
+  for (const c of list) checked.push(await noteCheck(c));
   const software = checked.filter((c) => c.signer !== 'tpm').length;
   out.push(`${checked.length} checkpoint signatures ok${software ? ` (${software} signed by a software key, not a TPM)` : ''}`);
   for (let i = 1; i < checked.length; i++) {
@@ -261,10 +471,10 @@ export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requ
   }
   out.push(`${checked.length - 1} consistency proofs ok; sizes never go back (${checked[0].size} → ${checked.at(-1).size})`);
 
-  if (akKey) {
+  if (akKey !== undefined) {
     let previous;
     for (const c of list) {
-      const clock = checkQuote(c, akKey);
+      const clock = await checkQuote(c, akKey);
       if (previous && clock.resetCount < previous.resetCount)
         throw new Failure(`checkpoint ${c.seq}: the TPM's reset count went back (${previous.resetCount} → ${clock.resetCount})`);
       if (previous && clock.resetCount === previous.resetCount && clock.clock < previous.clock) {
@@ -284,7 +494,7 @@ export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requ
       checked.map((c) => c.size),
     );
     for (const c of checked) {
-      if (!roots.get(c.size).equals(c.root))
+      if (!equal(roots.get(c.size), c.root))
         throw new Failure(`the entries do not hash to checkpoint ${c.seq}'s root (size ${c.size}): an entry was changed, removed or added`);
     }
     out.push(`${last.size} entries: every checkpoint's root recomputed from them; all are included, none changed, removed or added`);
@@ -299,16 +509,16 @@ export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requ
   if (state) {
     if (state.origin !== origin || !trusted.has(state.key_id))
       throw new Failure(`the state file is for ${state.origin} (key ${state.key_id}), not this log`);
-    const trustedRoot = Buffer.from(state.root, 'base64');
+    const trustedRoot = fromBase64(state.root);
     if (latest.size < state.size)
       throw new Failure(
         `rolled back: the newest checkpoint has size ${latest.size}, but checkpoint ${state.seq} (size ${state.size}) was trusted before`,
       );
     const same = checked.find((c) => c.size === state.size);
     const linked = same
-      ? same.root.equals(trustedRoot)
+      ? equal(same.root, trustedRoot)
       : entries
-        ? rootsAt(entries.map(leafHash), [state.size]).get(state.size).equals(trustedRoot)
+        ? equal(rootsAt(entries.map(leafHash), [state.size]).get(state.size), trustedRoot)
         : null;
     if (linked === null)
       throw new Failure(
@@ -324,28 +534,31 @@ export function verify({ keyPem, keyPems, anchors, entries, receipt, state, requ
     lines: out,
     latest: {
       origin,
-      key_id: list.at(-1).key_id ?? keyId.toString('hex'),
+      key_id: list.at(-1).key_id ?? keyId,
       seq: latest.seq,
       size: latest.size,
-      root: latest.root.toString('base64'),
+      root: toBase64(latest.root),
     },
   };
 }
 
-function readExport(dir) {
-  const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8'));
-  const text = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
-  const entries =
-    text === ''
-      ? []
-      : text
-          .replace(/\n$/, '')
-          .split('\n')
-          .map((l) => Buffer.from(l, 'utf8'));
-  return { anchors, entries };
-}
-
-function main() {
+/** The command line (Node only: its modules are imported here, so a browser importing this file never loads them). */
+async function main() {
+  const { existsSync, readFileSync, renameSync, writeFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const { parseArgs } = await import('node:util');
+  const readExport = (dir) => {
+    const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8'));
+    const text = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
+    const entries =
+      text === ''
+        ? []
+        : text
+            .replace(/\n$/, '')
+            .split('\n')
+            .map((l) => encoder.encode(l));
+    return { anchors, entries };
+  };
   let args;
   try {
     args = parseArgs({
@@ -380,7 +593,7 @@ function main() {
         : { receipt: JSON.parse(readFileSync(args.receipt, 'utf8')) };
     const state = args.state && existsSync(args.state) ? JSON.parse(readFileSync(args.state, 'utf8')) : undefined;
     const akPem = args.ak ? readFileSync(args.ak, 'utf8') : undefined;
-    const { lines, latest } = verify({ keyPems, ...input, state, requireTpm: args['require-tpm'] === true, akPem });
+    const { lines, latest } = await verify({ keyPems, ...input, state, requireTpm: args['require-tpm'] === true, akPem });
     for (const line of lines) process.stdout.write(line.startsWith('NOT VERIFIED') ? `${line}\n` : `ok: ${line}\n`);
     if (args.state && latest) {
       writeFileSync(`${args.state}.tmp`, `${JSON.stringify(latest, null, 2)}\n`);
@@ -395,4 +608,10 @@ function main() {
   }
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) process.exitCode = main();
+// Run as a program when Node executes this file; imported (by a test, or in a browser, where there is no process),
+// do nothing. No top-level await, so bundlers need not support it.
+if (typeof process !== 'undefined' && process.argv?.[1] && import.meta.url.startsWith('file:')) {
+  import('node:url').then(async ({ fileURLToPath }) => {
+    if (fileURLToPath(import.meta.url) === process.argv[1]) process.exitCode = await main();
+  });
+}

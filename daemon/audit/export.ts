@@ -23,15 +23,9 @@ export async function exportAudit(
 ): Promise<ExportSummary> {
   mkdirSync(dir, { recursive: true });
   const log = new AuditLog(store);
-  const checkpoints: Checkpoint[] = [];
-  for (const { value } of store.db<Checkpoint, number>('audit-checkpoints').getRange()) checkpoints.push(value);
-  // Checkpoints signed after this export's view of the log would not match its entries: leave them out.
-  const size = log.size;
-  const covered = checkpoints.filter((c) => c.size <= size);
-  const last = covered.at(-1);
-  const keys = store.db<string>('audit-keys');
-  const publicKey = last?.key_id ? (keys.get(last.key_id) ?? null) : null;
-  const attestationKey = last?.key_id ? (keys.get(`${last.key_id}:attestation`) ?? null) : null;
+  const { anchors, size, allKeys } = exportAnchors(store, log, origin);
+  const last = anchors.checkpoints.at(-1);
+  const { public_key: publicKey, attestation_key: attestationKey } = anchors;
 
   const entriesFile = join(dir, 'entries.jsonl');
   const out = createWriteStream(`${entriesFile}.tmp`);
@@ -44,6 +38,27 @@ export async function exportAudit(
   renameSync(`${entriesFile}.tmp`, entriesFile);
   progress(size, size);
 
+  writeFileSync(join(dir, 'anchors.json'), `${JSON.stringify(anchors, null, 2)}\n`);
+  if (publicKey) writeFileSync(join(dir, 'public-key.pem'), publicKey);
+  for (const [id, pem] of Object.entries(allKeys)) if (id !== last?.key_id) writeFileSync(join(dir, `public-key-${id}.pem`), pem);
+  if (attestationKey) writeFileSync(join(dir, 'attestation-key.pem'), attestationKey);
+  return { dir, entries: size, checkpoints: anchors.checkpoints.length, keyId: last?.key_id ?? null };
+}
+
+/**
+ * The anchors of an export: every checkpoint the log's current size covers, each with its consistency proof from
+ * the one before, and every key that signed one. The entries to check them against are the first `size`.
+ */
+export function exportAnchors(store: Store, log: AuditLog, origin: string) {
+  const checkpoints: Checkpoint[] = [];
+  for (const { value } of store.db<Checkpoint, number>('audit-checkpoints').getRange()) checkpoints.push(value);
+  // Checkpoints signed after this export's view of the log would not match its entries: leave them out.
+  const size = log.size;
+  const covered = checkpoints.filter((c) => c.size <= size);
+  const last = covered.at(-1);
+  const keys = store.db<string>('audit-keys');
+  const publicKey = last?.key_id ? (keys.get(last.key_id) ?? null) : null;
+  const attestationKey = last?.key_id ? (keys.get(`${last.key_id}:attestation`) ?? null) : null;
   // Every key that signed a checkpoint here: after a key was replaced, older checkpoints need the older key.
   const allKeys: Record<string, string> = {};
   for (const id of new Set(covered.map((c) => c.key_id))) {
@@ -69,11 +84,7 @@ export async function exportAudit(
         : null,
     })),
   };
-  writeFileSync(join(dir, 'anchors.json'), `${JSON.stringify(anchors, null, 2)}\n`);
-  if (publicKey) writeFileSync(join(dir, 'public-key.pem'), publicKey);
-  for (const [id, pem] of Object.entries(allKeys)) if (id !== last?.key_id) writeFileSync(join(dir, `public-key-${id}.pem`), pem);
-  if (attestationKey) writeFileSync(join(dir, 'attestation-key.pem'), attestationKey);
-  return { dir, entries: size, checkpoints: covered.length, keyId: last?.key_id ?? null };
+  return { anchors, size, allKeys };
 }
 
 /** The origin a checkpoint was signed under (its note's first line). */

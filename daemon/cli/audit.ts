@@ -32,10 +32,10 @@ interface VerifierModule {
   verify(
     this: void,
     input: { keyPems: string[]; anchors: unknown; entries: Buffer[]; state?: unknown; requireTpm: boolean; akPem?: string },
-  ): {
+  ): Promise<{
     lines: string[];
     latest: unknown;
-  };
+  }>;
 }
 
 /**
@@ -131,7 +131,7 @@ export async function auditCommand(argv: string[]): Promise<number> {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       }
       try {
-        const result = verify({
+        const result = await verify({
           keyPems: keyFiles.map((f) => readFileSync(f, 'utf8')),
           anchors,
           entries,

@@ -2,8 +2,14 @@
 // scrubbing preview, health and models. A session cookie authenticates; every change also presents the session's
 // CSRF token in `x-csrf-token` (before sign-in: the CSRF cookie's value). Errors keep OpenAI's shape.
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Accounts, AccountsError, SESSION_HOURS, sameToken, view, type SessionRecord, type UserRecord } from '../accounts/index.js';
+import type { AuditService } from '../audit/index.js';
+import { exportAnchors } from '../audit/export.js';
+import { describeLog, findByRequestId, receiptOf } from '../audit/receipts.js';
 import { isSovereign, usesTls, type Config } from '../config/index.js';
 import { ApiError } from '../errors/index.js';
 import { healthReport } from '../health/index.js';
@@ -14,6 +20,9 @@ import type { PipelineDeps } from '../http/pipeline.js';
 import { CSRF_COOKIE, SESSION_COOKIE, parseCookies, serializeCookie } from './cookies.js';
 
 export type DashboardDeps = PipelineDeps & { accounts: Accounts };
+
+/** The offline verifier, shipped beside dist/ (tools/verify-anchors.mjs). */
+const VERIFIER = join(import.meta.dirname, '..', '..', 'tools', 'verify-anchors.mjs');
 
 /** Sign-in attempts allowed per minute, per client address and per account. */
 export const LOGIN_LIMITS = { perAddress: 20, perAccount: 5 };
@@ -333,6 +342,97 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           }
         },
       );
+
+      // Calls per key and endpoint per minute over the last hours, with errors and rate-limit refusals.
+      api.get<{ Querystring: { project?: string; hours?: string } }>('/usage', async (request) => {
+        const { user } = signedIn(request);
+        const project = request.query.project !== undefined ? projectFor(user, request.query.project) : undefined;
+        const hours = Math.min(24 * 30, Math.max(1, Number(request.query.hours ?? 24) || 24));
+        const list = keys.listKeys(project ? { project } : {}).filter((k) => manages(user, k.project));
+        const since = Date.now() - hours * 3600_000;
+        return {
+          since: new Date(since).toISOString(),
+          keys: list.map((k) => ({ id: k.id, name: k.name, project: k.projectName })),
+          series: deps.usage?.series(new Set(list.map((k) => k.id)), since) ?? [],
+        };
+      });
+
+      function auditOf(): AuditService {
+        if (!deps.audit) throw new ApiError('audit_unavailable', 'This server keeps no audit log.');
+        return deps.audit;
+      }
+      function adminOnly(user: UserRecord): void {
+        if (user.role !== 'admin') {
+          throw new ApiError('permission_denied', 'The whole log holds every project’s calls: only an administrator can export it.');
+        }
+      }
+
+      // The log's signer and newest checkpoints.
+      api.get('/audit', async (request) => {
+        const { user } = signedIn(request);
+        const audit = auditOf();
+        return {
+          ...describeLog(audit),
+          checkpoints: (audit.checkpoints?.list(10) ?? []).map(({ seq, size, time, signer, key_id }) => ({
+            seq,
+            size,
+            time,
+            signer,
+            key_id,
+          })),
+          canExport: user.role === 'admin',
+        };
+      });
+
+      // The export `sovereign audit export` writes, for the page's verifier and for download (administrators).
+      api.get('/audit/anchors.json', async (request, reply) => {
+        adminOnly(signedIn(request).user);
+        if (!deps.store) throw new ApiError('audit_unavailable', 'This server keeps no audit log.');
+        reply.header('content-disposition', 'attachment; filename="anchors.json"');
+        return exportAnchors(deps.store, auditOf().log, auditOf().originName).anchors;
+      });
+
+      api.get<{ Querystring: { size?: string } }>('/audit/entries.jsonl', async (request, reply) => {
+        adminOnly(signedIn(request).user);
+        const log = auditOf().log;
+        const asked = Number(request.query.size ?? log.size);
+        if (!Number.isSafeInteger(asked) || asked < 0 || asked > log.size) {
+          throw new ApiError('invalid_request_error', `size must be a whole number from 0 to ${log.size}.`, { param: 'size' });
+        }
+        reply.header('content-disposition', 'attachment; filename="entries.jsonl"').type('application/x-ndjson; charset=utf-8');
+        return reply.send(
+          Readable.from(
+            (function* () {
+              for (let i = 0; i < asked; i++) yield `${log.entry(i)!.toString('utf8')}\n`;
+            })(),
+          ),
+        );
+      });
+
+      // One call's receipt, found by its X-Request-Id; only for calls of the projects this account manages.
+      api.get<{ Querystring: { request_id?: string } }>('/audit/lookup', async (request) => {
+        const { user } = signedIn(request);
+        const id = request.query.request_id?.trim() ?? '';
+        if (!/^req_[0-9a-f]{32}$/.test(id)) {
+          throw new ApiError('invalid_request_error', 'Give the request id from the X-Request-Id header, such as req_0123…', {
+            param: 'request_id',
+          });
+        }
+        const audit = auditOf();
+        const leaf = findByRequestId(audit, id);
+        const visible = (entry: { project?: string }) => typeof entry.project === 'string' && manages(user, entry.project);
+        if (leaf === null) throw new ApiError('not_found', `No audit entry for ${id} in your projects.`, { param: 'request_id' });
+        return receiptOf(audit, leaf, visible, config.audit.checkpointMs);
+      });
+
+      // The offline verifier, to copy to an air-gapped machine.
+      api.get('/audit/verify-anchors.mjs', async (request, reply) => {
+        signedIn(request);
+        return reply
+          .type('text/javascript; charset=utf-8')
+          .header('content-disposition', 'attachment; filename="verify-anchors.mjs"')
+          .send(readFileSync(VERIFIER));
+      });
 
       // The chat app's key: bound to this session, revoked when it ends. Asking again replaces its secret (only the
       // page that asked holds it, in memory).

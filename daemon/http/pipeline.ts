@@ -29,6 +29,7 @@ import type { EgressService } from '../egress/index.js';
 import type { BootReport } from '../service/boots.js';
 import type { Accounts } from '../accounts/index.js';
 import type { UsageMeter } from '../usage/index.js';
+import type { Store } from '../store/index.js';
 import { newCallContext, type RouteDeclaration } from './context.js';
 import { onCallEnd } from './lifetime.js';
 
@@ -59,6 +60,8 @@ export interface PipelineDeps {
   accounts?: Accounts;
   /** Calls per key and endpoint, and when each key was last used (the dashboard's usage). */
   usage?: UsageMeter;
+  /** The data dir's store, for the dashboard's audit export. */
+  store?: Store;
 }
 
 type Hook = 'onRequest' | 'preHandler';

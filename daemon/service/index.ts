@@ -74,6 +74,7 @@ export async function startDaemon(
     state,
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
     accounts: new Accounts(store),
+    store,
     usage: new UsageMeter(store),
   };
   deps.usage!.start();

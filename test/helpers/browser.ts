@@ -10,7 +10,14 @@ export const CHROMIUM = process.env.SOVEREIGN_CHROMIUM ?? '/usr/bin/chromium';
 /** Screenshots of each main screen, kept out of git (.gitignore), for people to look at after a run. */
 export const SCREENSHOTS = join(ROOT, 'test-artifacts', 'screenshots');
 
-export async function launchBrowser(t: { teardown: (fn: () => void | Promise<void>) => void }): Promise<Browser> {
+/**
+ * `microphone`: a WAV file Chromium plays as the microphone, with the permission prompt answered yes (Chromium's
+ * fake media devices), for the chat app's voice input.
+ */
+export async function launchBrowser(
+  t: { teardown: (fn: () => void | Promise<void>) => void },
+  options: { microphone?: string } = {},
+): Promise<Browser> {
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -24,6 +31,13 @@ export async function launchBrowser(t: { teardown: (fn: () => void | Promise<voi
       '--no-pings',
       '--dns-prefetch-disable',
       '--proxy-server=http://127.0.0.1:9',
+      ...(options.microphone
+        ? [
+            '--use-fake-ui-for-media-stream',
+            '--use-fake-device-for-media-stream',
+            `--use-file-for-fake-audio-capture=${options.microphone}`,
+          ]
+        : []),
     ],
   });
   t.teardown(() => browser.close());

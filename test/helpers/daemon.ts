@@ -21,8 +21,13 @@ export interface CliResult {
   json: any;
 }
 
-export function cli(args: string[], env: NodeJS.ProcessEnv = {}): CliResult {
-  const r = spawnSync(BIN, args, { encoding: 'utf8', env: { ...cleanEnv(), ...env }, timeout: 30_000 });
+export function cli(args: string[], env: NodeJS.ProcessEnv = {}, input?: string): CliResult {
+  const r = spawnSync(BIN, args, {
+    encoding: 'utf8',
+    env: { ...cleanEnv(), ...env },
+    timeout: 30_000,
+    ...(input !== undefined ? { input } : {}),
+  });
   let json: unknown;
   try {
     json = JSON.parse(r.stdout);

@@ -13,6 +13,8 @@ export default defineConfig({
     assetsInlineLimit: 0,
     sourcemap: false,
     target: 'es2022',
+    // tools/verify-anchors.mjs imports node: modules only inside its command-line main(), which never runs in the page.
+    rollupOptions: { external: [/^node:/] },
   },
   logLevel: 'warn',
 });

@@ -3,6 +3,7 @@
 // it and the inclusion proof. Any key may read checkpoints; an entry only by a key of the project that made the call.
 import type { FastifyInstance } from 'fastify';
 import type { AuditCheckpoint } from '../../audit/index.js';
+import { describeLog, proofText, receiptOf } from '../../audit/receipts.js';
 import { ApiError } from '../../errors/index.js';
 import type { PipelineDeps } from '../pipeline.js';
 
@@ -20,8 +21,6 @@ const anchorsQuery = {
   properties: { limit: wholeNumber, before: wholeNumber, leaf: wholeNumber },
 } as const;
 
-const b64 = (proof: Buffer[]) => proof.map((h) => h.toString('base64'));
-
 export function registerAuditRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
   v1.get<{ Querystring: AnchorsQuery }>(
     '/audit/anchors',
@@ -30,46 +29,18 @@ export function registerAuditRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
       const audit = deps.audit;
       if (!audit) throw new ApiError('audit_unavailable', 'This server keeps no audit log.');
       const checkpoints = audit.checkpoints;
-      const signer = checkpoints?.signer;
-      const about = {
-        origin: audit.originName,
-        signer: signer?.kind ?? null,
-        key_id: signer?.keyId.toString('hex') ?? null,
-        public_key: signer?.publicKeyPem ?? null,
-        attestation_key: signer?.attestationKeyPem ?? null,
-        tree_size: audit.log.size,
-        problem: audit.health().problem,
-      };
+      const about = describeLog(audit);
       const withProof = (c: AuditCheckpoint, previous: AuditCheckpoint | undefined) => ({
         ...c,
         consistency: previous
-          ? { from_seq: previous.seq, from_size: previous.size, proof: b64(audit.log.consistency(previous.size, c.size)) }
+          ? { from_seq: previous.seq, from_size: previous.size, proof: proofText(audit.log.consistency(previous.size, c.size)) }
           : null,
       });
 
       const leaf = request.query.leaf === undefined ? undefined : Number(request.query.leaf);
       if (leaf !== undefined) {
-        const bytes = audit.log.entry(leaf);
-        const entry = bytes ? (JSON.parse(bytes.toString('utf8')) as { project?: string }) : undefined;
-        // Another project's entry is reported exactly like a missing one.
-        if (!entry || entry.project !== request.call.principal!.projectId) {
-          throw new ApiError('not_found', `No audit entry ${leaf} for this key's project.`, { param: 'leaf' });
-        }
-        const covering = checkpoints?.covering(leaf);
-        if (!covering) {
-          throw new ApiError('audit_unavailable', `Entry ${leaf} is not in a signed checkpoint yet. Retry in a few seconds.`, {
-            headers: { 'retry-after': String(Math.ceil(deps.config.audit.checkpointMs / 1000) + 1) },
-          });
-        }
-        return {
-          object: 'audit.receipt',
-          ...about,
-          leaf,
-          entry,
-          entry_canonical: bytes!.toString('utf8'),
-          checkpoint: covering,
-          inclusion: b64(audit.log.inclusion(leaf, covering.size)),
-        };
+        const projectId = request.call.principal!.projectId;
+        return receiptOf(audit, leaf, (entry) => entry.project === projectId, deps.config.audit.checkpointMs);
       }
 
       const limit = Number(request.query.limit ?? 20);

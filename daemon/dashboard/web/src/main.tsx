@@ -6,12 +6,14 @@ import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { dash, useCsrf, type Session, type User } from './api.js';
 import { applyLang, currentLang, t, type MessageKey } from './i18n.js';
+import { AuditPage } from './pages/Audit.js';
 import { ChatPage } from './pages/Chat.js';
 import { KeysPage } from './pages/Keys.js';
 import { ModelsPage } from './pages/Models.js';
 import { SignIn } from './pages/SignIn.js';
+import { UsagePage } from './pages/Usage.js';
 
-const PAGES = ['keys', 'chat', 'models'] as const;
+const PAGES = ['keys', 'usage', 'audit', 'chat', 'models'] as const;
 type Page = (typeof PAGES)[number] | 'signin' | 'signup';
 
 function pageFromPath(): Page {
@@ -120,6 +122,10 @@ function App() {
           <ChatPage />
         ) : page === 'models' ? (
           <ModelsPage />
+        ) : page === 'usage' ? (
+          <UsagePage />
+        ) : page === 'audit' ? (
+          <AuditPage />
         ) : (
           <KeysPage session={session} />
         ))}

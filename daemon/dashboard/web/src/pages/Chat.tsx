@@ -6,9 +6,18 @@ import { dash, v1 } from '../api.js';
 import { ErrorNote, messageOf } from '../components.js';
 import { t } from '../i18n.js';
 
+interface Citation {
+  index: number;
+  filename: string | null;
+  chunk: number;
+  text: string;
+}
+
 interface Message {
   role: 'user' | 'assistant';
   content: string;
+  /** For an answer from the knowledge base: the passages it cites. */
+  citations?: Citation[];
   /** What the model received, for the user's messages. */
   sentAs?: string;
   redacted?: number;
@@ -61,6 +70,12 @@ export function ChatPage() {
   const [messages, setMessages] = useState<Message[]>([]);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  const [knowledgeBase, setKnowledgeBase] = useState('my-documents');
+  const [askDocuments, setAskDocuments] = useState(false);
+  const [uploads, setUploads] = useState<string[]>([]);
+  const [transcriber, setTranscriber] = useState<string | null>(null);
+  const [recording, setRecording] = useState<MediaRecorder | null>(null);
+  const [voiceStatus, setVoiceStatus] = useState<string | null>(null);
   const input = useRef<HTMLTextAreaElement>(null);
 
   useEffect(() => {
@@ -71,10 +86,14 @@ export function ChatPage() {
         v1('/models', secret).then((r) => r.json() as Promise<{ data: Array<{ id: string }> }>),
         dash<{ health: { models: Array<{ id: string; capability: string }> } }>('GET', '/overview'),
       ]);
-      const chat = new Set(overview.health.models.filter((m) => m.capability === 'chat').map((m) => m.id));
-      const ids = listed.data.map((m) => m.id).filter((id) => chat.has(id));
+      const ofCapability = (capability: string) => {
+        const ids = new Set(overview.health.models.filter((m) => m.capability === capability).map((m) => m.id));
+        return listed.data.map((m) => m.id).filter((id) => ids.has(id));
+      };
+      const ids = ofCapability('chat');
       setModels(ids);
       setModel(ids[0] ?? '');
+      setTranscriber(ofCapability('transcription')[0] ?? null);
     })().catch((err) => setError(messageOf(err)));
   }, []);
 
@@ -94,6 +113,16 @@ export function ChatPage() {
       history[history.length - 1] = { role: 'user', content: text, sentAs, redacted };
       setMessages([...history, { role: 'assistant', content: '' }]);
       if (input.current) input.current.value = '';
+      if (askDocuments) {
+        const res = await v1('/documents/query', key, { method: 'POST', json: { knowledge_base: knowledgeBase, query: text, model } });
+        const result = (await res.json()) as { answer: string | null; citations: Citation[] };
+        const leaf = res.headers.get('x-audit-leaf');
+        setMessages([
+          ...history,
+          { role: 'assistant', content: result.answer ?? t('chat.passagesOnly'), citations: result.citations, ...(leaf ? { leaf } : {}) },
+        ]);
+        return;
+      }
       const res = await v1('/chat/completions', key, {
         method: 'POST',
         json: { model, stream: true, max_tokens: 512, messages: history.map((m) => ({ role: m.role, content: m.content })) },
@@ -129,6 +158,66 @@ export function ChatPage() {
     }
   }
 
+  async function upload(event: Event) {
+    event.preventDefault();
+    const form = event.currentTarget as HTMLFormElement;
+    const file = (form.elements.namedItem('file') as HTMLInputElement).files?.[0];
+    if (!file || !key) return;
+    setError(null);
+    const body = new FormData();
+    body.set('knowledge_base', knowledgeBase);
+    body.set('file', file, file.name);
+    try {
+      const res = await v1('/documents', key, { method: 'POST', body });
+      const doc = (await res.json()) as { filename: string; chunks: number; redactions: Record<string, number> };
+      const redacted = Object.values(doc.redactions).reduce((a, n) => a + n, 0);
+      setUploads((list) => [...list, t('chat.uploaded', { name: doc.filename, chunks: doc.chunks, redacted })]);
+      setAskDocuments(true);
+      form.reset();
+    } catch (err) {
+      setError(messageOf(err));
+    }
+  }
+
+  async function toggleRecording() {
+    if (recording) {
+      recording.stop();
+      return;
+    }
+    if (!key || !transcriber) return;
+    setError(null);
+    try {
+      const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+      const recorder = new MediaRecorder(stream);
+      const chunks: Blob[] = [];
+      recorder.ondataavailable = (e) => chunks.push(e.data);
+      recorder.onstop = () => {
+        stream.getTracks().forEach((track) => track.stop());
+        setRecording(null);
+        setVoiceStatus(t('chat.transcribing'));
+        const body = new FormData();
+        body.set('model', transcriber);
+        body.set('file', new Blob(chunks, { type: recorder.mimeType }), 'speech.webm');
+        v1('/audio/transcriptions', key, { method: 'POST', body })
+          .then((res) => res.json() as Promise<{ text: string }>)
+          .then(({ text }) => {
+            if (input.current) input.current.value = `${input.current.value}${input.current.value ? ' ' : ''}${text.trim()}`;
+            setVoiceStatus(t('chat.transcribed'));
+            input.current?.focus();
+          })
+          .catch((err) => {
+            setVoiceStatus(null);
+            setError(messageOf(err));
+          });
+      };
+      recorder.start();
+      setRecording(recorder);
+      setVoiceStatus(t('chat.recording'));
+    } catch (err) {
+      setError(messageOf(err));
+    }
+  }
+
   return (
     <main id="main" class="chat">
       <h1>{t('chat.title')}</h1>
@@ -143,6 +232,35 @@ export function ChatPage() {
         </select>
       </label>
       {key && models.length === 0 && <p>{t('chat.noModels')}</p>}
+      <details class="documents">
+        <summary>{t('chat.documents')}</summary>
+        <form class="inline" onSubmit={(e) => void upload(e)} data-testid="upload-form">
+          <label>
+            {t('chat.knowledgeBase')}
+            <input
+              value={knowledgeBase}
+              onInput={(e) => setKnowledgeBase(e.currentTarget.value)}
+              required
+              pattern="[A-Za-z0-9._\-]{1,64}"
+              dir="ltr"
+            />
+          </label>
+          <label>
+            {t('chat.file')}
+            <input name="file" type="file" accept=".txt,.md,.markdown,.html,.htm,.pdf" required />
+          </label>
+          <button type="submit">{t('chat.upload')}</button>
+        </form>
+        <ul aria-live="polite" data-testid="uploads">
+          {uploads.map((u, i) => (
+            <li key={i}>{u}</li>
+          ))}
+        </ul>
+        <label class="check">
+          <input type="checkbox" checked={askDocuments} onChange={(e) => setAskDocuments(e.currentTarget.checked)} />
+          {t('chat.askDocuments', { name: knowledgeBase })}
+        </label>
+      </details>
       <ol class="messages" aria-live="polite" data-testid="messages">
         {messages.map((m, i) => (
           <li class={`message ${m.role}`} key={i} data-role={m.role}>
@@ -153,6 +271,15 @@ export function ChatPage() {
                 <span class="label">{t('chat.sentAs', { count: m.redacted })}</span> <Redacted text={m.sentAs} />
               </p>
             ) : null}
+            {m.citations && m.citations.length > 0 && (
+              <ol class="citations" data-testid="citations">
+                {m.citations.map((c) => (
+                  <li key={c.index} value={c.index} dir="auto">
+                    <strong dir="ltr">{`[${c.index}] ${c.filename ?? ''} §${c.chunk}`}</strong> <Redacted text={c.text.slice(0, 240)} />
+                  </li>
+                ))}
+              </ol>
+            )}
             {m.leaf && <small class="leaf">{t('chat.auditLeaf', { leaf: m.leaf })}</small>}
           </li>
         ))}
@@ -175,10 +302,23 @@ export function ChatPage() {
             }
           }}
         />
+        <button
+          type="button"
+          onClick={() => void toggleRecording()}
+          disabled={!transcriber}
+          aria-pressed={recording !== null}
+          title={transcriber ? undefined : t('chat.noTranscriber')}
+          data-testid="voice"
+        >
+          {recording ? t('chat.stop') : t('chat.speak')}
+        </button>
         <button type="submit" class="primary" disabled={busy || !model}>
           {t('chat.send')}
         </button>
       </form>
+      <p class="hint" role="status" data-testid="voice-status">
+        {voiceStatus}
+      </p>
     </main>
   );
 }

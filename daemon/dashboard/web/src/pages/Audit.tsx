@@ -1,0 +1,209 @@
+// The audit trail: who signs the checkpoints (the TPM, or unmistakably a software key), the newest checkpoints, a
+// check of the whole log in this browser by the same code as the offline verifier (tools/verify-anchors.mjs),
+// one call's receipt by its request id, and the downloads an auditor takes to an air-gapped machine.
+import { useEffect, useState } from 'preact/hooks';
+import { verify } from '../../../../../tools/verify-anchors.mjs';
+import { dash } from '../api.js';
+import { ErrorNote, messageOf } from '../components.js';
+import { formatDate, t } from '../i18n.js';
+
+interface AuditSummary {
+  origin: string;
+  signer: 'tpm' | 'software' | null;
+  key_id: string | null;
+  public_key: string | null;
+  tree_size: number;
+  problem: string | null;
+  checkpoints: Array<{ seq: number; size: number; time: string; signer: string }>;
+  canExport: boolean;
+}
+
+interface Receipt {
+  leaf: number;
+  public_key: string;
+  entry: Record<string, unknown>;
+  checkpoint: { seq: number };
+}
+
+interface Outcome {
+  ok: boolean;
+  lines: string[];
+}
+
+async function run(check: () => Promise<{ lines: string[] }>): Promise<Outcome> {
+  try {
+    const { lines } = await check();
+    return { ok: true, lines };
+  } catch (err) {
+    return { ok: false, lines: [messageOf(err)] };
+  }
+}
+
+function Result(props: { outcome: Outcome | null; testId: string }) {
+  if (!props.outcome) return null;
+  return (
+    <div class={props.outcome.ok ? 'verified' : 'failed'} role="status" data-testid={props.testId}>
+      <strong>{props.outcome.ok ? t('audit.verified') : t('audit.failed')}</strong>
+      <ul dir="ltr">
+        {props.outcome.lines.map((line, i) => (
+          <li key={i}>{line}</li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+export function AuditPage() {
+  const [summary, setSummary] = useState<AuditSummary | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [outcome, setOutcome] = useState<Outcome | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [receipt, setReceipt] = useState<Receipt | null>(null);
+  const [receiptOutcome, setReceiptOutcome] = useState<Outcome | null>(null);
+
+  useEffect(() => {
+    dash<AuditSummary>('GET', '/audit')
+      .then(setSummary)
+      .catch((err) => setError(messageOf(err)));
+  }, []);
+
+  async function verifyLog() {
+    setBusy(true);
+    setOutcome(null);
+    setOutcome(
+      await run(async () => {
+        const anchors = await dash<{ tree_size: number; public_key: string | null; keys: Record<string, string> }>(
+          'GET',
+          '/audit/anchors.json',
+        );
+        const res = await fetch(`/dashboard/api/audit/entries.jsonl?size=${anchors.tree_size}`, { credentials: 'same-origin' });
+        if (!res.ok) throw new Error(`${res.status} ${res.statusText}`);
+        const text = await res.text();
+        const encoder = new TextEncoder();
+        const entries =
+          text === ''
+            ? []
+            : text
+                .replace(/\n$/, '')
+                .split('\n')
+                .map((line) => encoder.encode(line));
+        const keyPems = Object.values(anchors.keys ?? {});
+        if (!keyPems.length && anchors.public_key) keyPems.push(anchors.public_key);
+        return verify({ keyPems, anchors, entries });
+      }),
+    );
+    setBusy(false);
+  }
+
+  async function lookup(event: Event) {
+    event.preventDefault();
+    setReceipt(null);
+    setReceiptOutcome(null);
+    setError(null);
+    const id = new FormData(event.currentTarget as HTMLFormElement).get('request_id');
+    try {
+      setReceipt(await dash<Receipt>('GET', `/audit/lookup?request_id=${encodeURIComponent(typeof id === 'string' ? id : '')}`));
+    } catch (err) {
+      setError(messageOf(err));
+    }
+  }
+
+  async function verifyReceipt(r: Receipt) {
+    setReceiptOutcome(await run(() => verify({ keyPems: [r.public_key], receipt: r })));
+  }
+
+  return (
+    <main id="main">
+      <h1>{t('audit.title')}</h1>
+      <ErrorNote error={error} />
+      {summary && (
+        <>
+          <p class={summary.signer === 'tpm' ? 'signer-banner tpm' : 'signer-banner software'} data-testid="signer">
+            {summary.signer === 'tpm' ? t('audit.byTpm') : summary.signer === 'software' ? t('audit.bySoftware') : t('audit.bySomeone')}
+          </p>
+          <p>
+            {t('audit.summary', { size: summary.tree_size, origin: summary.origin })} <code dir="ltr">{summary.key_id}</code>
+          </p>
+          {summary.problem && <p class="error">{summary.problem}</p>}
+          <h2>{t('audit.latest')}</h2>
+          <table data-testid="checkpoints">
+            <thead>
+              <tr>
+                <th scope="col">#</th>
+                <th scope="col">{t('audit.size')}</th>
+                <th scope="col">{t('audit.time')}</th>
+                <th scope="col">{t('audit.signer')}</th>
+              </tr>
+            </thead>
+            <tbody>
+              {summary.checkpoints.map((c) => (
+                <tr key={c.seq}>
+                  <td>{c.seq}</td>
+                  <td>{c.size}</td>
+                  <td>{formatDate(c.time)}</td>
+                  <td>{c.signer === 'tpm' ? t('audit.signerTpm') : t('audit.signerSoftware')}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+
+          <h2>{t('audit.verifyTitle')}</h2>
+          {summary.canExport ? (
+            <>
+              <p>{t('audit.verifyHint')}</p>
+              <button type="button" class="primary" disabled={busy} onClick={() => void verifyLog()}>
+                {busy ? t('audit.verifying') : t('audit.verify')}
+              </button>
+              <Result outcome={outcome} testId="verify-result" />
+            </>
+          ) : (
+            <p>{t('audit.adminOnly')}</p>
+          )}
+
+          <h2>{t('audit.lookupTitle')}</h2>
+          <form class="inline" onSubmit={(e) => void lookup(e)}>
+            <label>
+              {t('audit.requestId')}
+              <input name="request_id" required dir="ltr" placeholder="req_…" size={40} />
+            </label>
+            <button type="submit">{t('audit.find')}</button>
+          </form>
+          {receipt && (
+            <div data-testid="receipt">
+              <p>{t('audit.receiptOf', { leaf: receipt.leaf, seq: receipt.checkpoint.seq })}</p>
+              <pre dir="ltr">{JSON.stringify(receipt.entry, null, 2)}</pre>
+              <button type="button" onClick={() => void verifyReceipt(receipt)}>
+                {t('audit.verifyReceipt')}
+              </button>
+              <Result outcome={receiptOutcome} testId="receipt-result" />
+            </div>
+          )}
+
+          <h2>{t('audit.downloads')}</h2>
+          <ul>
+            <li>
+              <a href="/dashboard/api/audit/verify-anchors.mjs" download>
+                {t('audit.downloadVerifier')}
+              </a>
+            </li>
+            {summary.canExport && (
+              <>
+                <li>
+                  <a href="/dashboard/api/audit/anchors.json" download>
+                    {t('audit.downloadAnchors')}
+                  </a>
+                </li>
+                <li>
+                  <a href={`/dashboard/api/audit/entries.jsonl`} download>
+                    {t('audit.downloadEntries')}
+                  </a>
+                </li>
+              </>
+            )}
+          </ul>
+          <p class="hint">{t('audit.offlineHint')}</p>
+        </>
+      )}
+    </main>
+  );
+}
