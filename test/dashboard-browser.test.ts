@@ -253,6 +253,9 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   await admin.getByTestId('usage-chart').waitFor();
   await admin.getByTestId('usage-table').getByText('/v1/models').first().waitFor();
   await screenshot(admin, 'usage-en');
+  await admin.getByTestId('usage-by').selectOption('route');
+  await admin.locator('.legend').getByText('/v1/models').waitFor();
+  t.match((await admin.getByTestId('usage-chart').getAttribute('aria-label'))!, /^Calls per endpoint over the last 24 hours: \d+ in all$/);
 
   await admin.getByRole('link', { name: 'Audit' }).click();
   t.match((await admin.getByTestId('signer').textContent())!, /SOFTWARE key, not the TPM/, 'a software signer is unmistakable');

@@ -23,17 +23,19 @@ interface Usage {
 const COLORS = ['#0b5cad', '#c2410c', '#15803d', '#7e22ce', '#b91c1c', '#0f766e', '#a16207', '#4338ca'];
 const BUCKETS = [1, 5, 15, 30, 60, 180, 360, 720, 1440];
 
-function Chart(props: { usage: Usage; hours: number }) {
-  const { usage, hours } = props;
+function Chart(props: { usage: Usage; hours: number; by: 'key' | 'route' }) {
+  const { usage, hours, by } = props;
   const bucket = BUCKETS.find((b) => (hours * 60) / b <= 48) ?? 1440;
   const start = Math.floor(Date.parse(usage.since) / 60_000 / bucket) * bucket;
   const count = Math.ceil((hours * 60) / bucket) + 1;
-  const keys = usage.keys.map((k) => k.id);
+  // The series of the chart: one per key, or one per endpoint.
+  const keys = by === 'key' ? usage.keys.map((k) => k.id) : [...new Set(usage.series.map((p) => p.route))].sort();
   const bars = Array.from({ length: count }, () => new Map<string, number>());
   for (const p of usage.series) {
     const i = Math.floor((Date.parse(p.minute) / 60_000 - start) / bucket);
     const bar = bars[i];
-    if (bar) bar.set(p.key, (bar.get(p.key) ?? 0) + p.calls);
+    const series = by === 'key' ? p.key : p.route;
+    if (bar) bar.set(series, (bar.get(series) ?? 0) + p.calls);
   }
   const max = Math.max(1, ...bars.map((b) => [...b.values()].reduce((a, c) => a + c, 0)));
   const width = 720;
@@ -49,7 +51,7 @@ function Chart(props: { usage: Usage; hours: number }) {
       <svg
         viewBox={`0 0 ${width} ${height + 20}`}
         role="img"
-        aria-label={t('usage.chartLabel', { total, hours })}
+        aria-label={t(by === 'key' ? 'usage.chartLabel' : 'usage.chartLabelRoutes', { total, hours })}
         data-testid="usage-chart"
         class="chart"
       >
@@ -87,9 +89,10 @@ function Chart(props: { usage: Usage; hours: number }) {
       </svg>
       <figcaption>
         <ul class="legend">
-          {usage.keys.map((k, i) => (
-            <li key={k.id}>
-              <span class="swatch" style={{ background: COLORS[i % COLORS.length] }} /> <code>{k.id}</code> {k.name ?? ''}
+          {keys.map((id, i) => (
+            <li key={id}>
+              <span class="swatch" style={{ background: COLORS[i % COLORS.length] }} /> <code>{id}</code>{' '}
+              {by === 'key' ? (usage.keys.find((k) => k.id === id)?.name ?? '') : ''}
             </li>
           ))}
         </ul>
@@ -102,6 +105,7 @@ export function UsagePage() {
   const [projects, setProjects] = useState<Project[]>([]);
   const [project, setProject] = useState('');
   const [hours, setHours] = useState(24);
+  const [by, setBy] = useState<'key' | 'route'>('key');
   const [usage, setUsage] = useState<Usage | null>(null);
   const [error, setError] = useState<string | null>(null);
 
@@ -153,8 +157,15 @@ export function UsagePage() {
             <option value="168">{t('usage.week')}</option>
           </select>
         </label>
+        <label>
+          {t('usage.groupBy')}
+          <select value={by} onChange={(e) => setBy(e.currentTarget.value === 'route' ? 'route' : 'key')} data-testid="usage-by">
+            <option value="key">{t('usage.byKey')}</option>
+            <option value="route">{t('usage.byRoute')}</option>
+          </select>
+        </label>
       </div>
-      {usage && <Chart usage={usage} hours={hours} />}
+      {usage && <Chart usage={usage} hours={hours} by={by} />}
       <h2>{t('usage.byEndpoint')}</h2>
       {rows.size === 0 ? (
         <p>{t('usage.none')}</p>
