@@ -60,7 +60,7 @@ t.test('sign-up on cloud: CSRF first, then a session in a Secure HttpOnly SameSi
   t.equal(opened.json.csrf, browser.csrf, 'the page reads the CSRF token the cookie holds');
   t.match(
     browser.lastSetCookie[0],
-    /^sov_csrf=[\w-]{43}; Path=\/; SameSite=Strict; Max-Age=\d+; Secure$/,
+    /^__Host-sov_csrf=[\w-]{43}; Path=\/; SameSite=Strict; Max-Age=\d+; Secure$/,
     'the CSRF cookie is readable by the page',
   );
 
@@ -82,7 +82,7 @@ t.test('sign-up on cloud: CSRF first, then a session in a Secure HttpOnly SameSi
   const signed = await browser.call('POST', '/signup', { email: 'A@Bank.example', password: PASSWORD, project: 'alpha' });
   t.equal(signed.status, 201, 'the project name was not left taken by the refused attempt');
   t.equal(signed.json.user.email, 'a@bank.example');
-  const session = browser.lastSetCookie.find((c) => c.startsWith('sov_session='));
+  const session = browser.lastSetCookie.find((c) => c.startsWith('__Host-sov_session='));
   t.match(session, /; SameSite=Strict; Max-Age=\d+; HttpOnly; Secure$/);
   t.notMatch(JSON.stringify(signed.json), /passwordHash|scrypt/, 'no hash in the answer');
 
@@ -185,9 +185,20 @@ t.test('the chat app’s key is bound to the session and dies with it', async (t
     'the preview numbers values across the conversation',
   );
 
+  const huge = await browser.call('POST', '/keys', { project: 'chat-proj', rpm: 1e12 });
+  t.equal(huge.status, 400, 'an account cannot raise a key above the deployment’s default limits');
+  t.match(huge.json.error.message, /rpm may be at most \d+/);
+
+  // Signing in again in the same browser ends the session it had, and that session's chat key.
+  const third = await browser.call('POST', '/chat-key');
+  t.equal((await browser.call('POST', '/login', { email: 'chat@bank.example', password: PASSWORD })).status, 200);
+  t.equal(await models(third.json.secret), 401, 'the previous session’s chat key is revoked');
+  const second2 = await browser.call('POST', '/chat-key');
+  t.equal(await models(second2.json.secret), 200);
+
   const out = await browser.call('POST', '/logout');
   t.equal(out.status, 200);
-  t.equal(await models(second.json.secret), 401, 'signing out revokes the chat key');
+  t.equal(await models(second2.json.secret), 401, 'signing out revokes the chat key');
   const after = await browser.call('GET', '/keys');
   t.equal(after.status, 401);
   t.equal(after.json.error.code, 'not_signed_in');
@@ -213,6 +224,7 @@ t.test('sign-in: wrong passwords are refused alike and rate-limited; nothing sec
   t.notMatch(logs, /correct horse|wrong \d password/, 'no password in the log');
   t.notMatch(logs, /sk-sov-[a-z2-7]{16}-[\w-]{43}/, 'no key secret in the log');
   t.notMatch(logs, /sov_session=/, 'no session cookie in the log');
+  t.notMatch(logs, /__Host-sov_csrf=/, 'nor the CSRF cookie');
 });
 
 t.test('usage per key and endpoint, and the audit trail as each account may see it', async (t) => {
@@ -246,11 +258,13 @@ t.test('usage per key and endpoint, and the audit trail as each account may see 
 
   // The receipt of one's own call, found by its request id, once a checkpoint covers it.
   const requestId = String(calls[0].headers['x-request-id']);
-  let receipt = await browser.call('GET', `/audit/lookup?request_id=${requestId}`);
-  for (let i = 0; i < 50 && receipt.status === 503; i++) {
+  const leaf = Number(calls[0].headers['x-audit-leaf']);
+  for (let i = 0; i < 100; i++) {
+    const newest = (await browser.call('GET', '/audit')).json.checkpoints[0];
+    if (newest && newest.size > leaf) break;
     await new Promise((r) => setTimeout(r, 200));
-    receipt = await browser.call('GET', `/audit/lookup?request_id=${requestId}`);
   }
+  const receipt = await browser.call('GET', `/audit/lookup?request_id=${requestId}`);
   t.equal(receipt.status, 200);
   t.equal(receipt.json.entry.request_id, requestId);
   t.equal(String(receipt.json.leaf), calls[0].headers['x-audit-leaf']);
@@ -262,6 +276,10 @@ t.test('usage per key and endpoint, and the audit trail as each account may see 
   const nosy = await stranger.call('GET', `/audit/lookup?request_id=${requestId}`);
   t.equal(nosy.status, 404, 'another project’s call is not found');
   t.equal((await stranger.call('GET', '/audit/lookup?request_id=nonsense')).status, 400);
+  const searches: number[] = [];
+  for (let i = 0; i < 11; i++) searches.push((await stranger.call('GET', `/audit/lookup?request_id=req_${'0'.repeat(32)}`)).status);
+  t.same(searches.slice(0, 9), Array(9).fill(404));
+  t.equal(searches[10], 429, 'lookups, which read the log, are rate-limited per account');
 
   const verifier = await browser.call('GET', '/audit/verify-anchors.mjs');
   t.equal(verifier.status, 200);
@@ -303,6 +321,11 @@ t.test('device posture: no sign-up; the operator’s account comes from `soverei
   );
   const project = await browser.call('POST', '/projects', { name: 'ops' });
   t.equal(project.status, 201, 'the administrator manages every project');
+  const noProject = await browser.call('POST', '/chat-key');
+  t.equal(noProject.status, 400, 'an administrator’s chat app must name the project it calls for');
+  t.equal((await browser.call('POST', '/chat-key', { project: 'ops' })).status, 200);
+  const rebound = await request(`${device.origin}/dashboard/api/session`, { headers: { host: 'attacker.example' } });
+  t.equal(rebound.status, 403, 'on plain HTTP the dashboard answers only to loopback host names (no DNS rebinding)');
   const overview = await browser.call('GET', '/overview');
   t.equal(overview.json.health.posture, 'device');
   t.ok(overview.json.health.egress, 'the egress counter on a sealed posture');

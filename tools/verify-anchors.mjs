@@ -300,7 +300,11 @@ function derToP1363(der) {
     if (der[at] !== 0x02 || length === 0 || length > 33 || at + 2 + length > der.length) return null;
     let int = der.subarray(at + 2, at + 2 + length);
     if (int[0] & 0x80 || (length > 1 && int[0] === 0 && !(int[1] & 0x80))) return null;
-    if (length === 33) int = int.subarray(1);
+    // 33 bytes only for a leading zero before a high bit; anything else is not a P-256 scalar.
+    if (length === 33) {
+      if (int[0] !== 0) return null;
+      int = int.subarray(1);
+    }
     out.set(int, end - int.length);
     at += 2 + length;
   }

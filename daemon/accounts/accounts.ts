@@ -110,10 +110,13 @@ export class Accounts {
     return this.listUsers().some((u) => u.role === 'admin');
   }
 
-  async addProject(userId: string, projectId: string): Promise<void> {
-    const user = this.user(userId);
-    if (!user) throw new AccountsError('not_found', 'No such account.');
-    if (!user.projects.includes(projectId)) await this.users.put(userId, { ...user, projects: [...user.projects, projectId] });
+  addProject(userId: string, projectId: string): void {
+    // Read and write in one transaction: two projects created at once both stay the account's.
+    this.users.transactionSync(() => {
+      const user = this.user(userId);
+      if (!user) throw new AccountsError('not_found', 'No such account.');
+      if (!user.projects.includes(projectId)) this.users.putSync(userId, { ...user, projects: [...user.projects, projectId] });
+    });
   }
 
   /** The account whose password this is, or null (the same time is spent either way). */
@@ -145,26 +148,35 @@ export class Accounts {
     return user ? { session, user } : null;
   }
 
-  async setChatKey(token: string, keyId: string): Promise<void> {
+  /** Records the session's chat key; false if the session ended meanwhile (the caller then revokes the key). */
+  setChatKey(token: string, keyId: string): boolean {
     const key = tokenHash(token);
-    const session = this.sessions.get(key);
-    if (session) await this.sessions.put(key, { ...session, chatKeyId: keyId });
+    return this.sessions.transactionSync(() => {
+      const session = this.sessions.get(key);
+      if (!session) return false;
+      this.sessions.putSync(key, { ...session, chatKeyId: keyId });
+      return true;
+    });
   }
 
   /** Ends a session; returns it so the caller can revoke its chat key. */
-  async endSession(token: string): Promise<SessionRecord | undefined> {
+  endSession(token: string): SessionRecord | undefined {
     const key = tokenHash(token);
-    const session = this.sessions.get(key);
-    if (session) await this.sessions.remove(key);
-    return session;
+    return this.sessions.transactionSync(() => {
+      const session = this.sessions.get(key);
+      if (session) this.sessions.removeSync(key);
+      return session;
+    });
   }
 
   /** Removes expired sessions; returns them so their chat keys can be revoked. */
-  async sweepSessions(now = Date.now()): Promise<SessionRecord[]> {
-    const expired: Array<{ key: string; session: SessionRecord }> = [];
-    for (const { key, value } of this.sessions.getRange()) if (value.expiresAt <= now) expired.push({ key, session: value });
-    for (const { key } of expired) await this.sessions.remove(key);
-    return expired.map((e) => e.session);
+  sweepSessions(now = Date.now()): SessionRecord[] {
+    return this.sessions.transactionSync(() => {
+      const expired: Array<{ key: string; session: SessionRecord }> = [];
+      for (const { key, value } of this.sessions.getRange()) if (value.expiresAt <= now) expired.push({ key, session: value });
+      for (const { key } of expired) this.sessions.removeSync(key);
+      return expired.map((e) => e.session);
+    });
   }
 }
 

@@ -43,10 +43,20 @@ export function receiptOf(audit: AuditService, leaf: number, visible: (entry: { 
   };
 }
 
-/** The newest entry logged for a request id, searching back over at most `within` entries; null if none. */
-export function findByRequestId(audit: AuditService, requestId: string, within = 1_000_000): number | null {
+/** Entries read per turn of the event loop while searching, so calls go on being answered meanwhile. */
+const SCAN_SLICE = 20_000;
+
+/**
+ * The newest entry logged for a request id, searching back over at most `within` entries; null if none. There is
+ * no index by request id (it would cost every call a second write); the search reads raw entries newest first.
+ */
+export async function findByRequestId(audit: AuditService, requestId: string, within: number): Promise<number | null> {
   const needle = Buffer.from(`"request_id":${JSON.stringify(requestId)}`);
   const size = audit.log.size;
-  for (let i = size - 1; i >= Math.max(0, size - within); i--) if (audit.log.entry(i)?.includes(needle)) return i;
+  const last = Math.max(0, size - within);
+  for (let i = size - 1; i >= last; i--) {
+    if (audit.log.entry(i)?.includes(needle)) return i;
+    if ((size - i) % SCAN_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+  }
   return null;
 }

@@ -17,7 +17,7 @@ import { KeysError, type KeyView } from '../keys/index.js';
 import { Gcra } from '../limits/index.js';
 import { ScrubSession, noRedactions } from '../scrub/index.js';
 import type { PipelineDeps } from '../http/pipeline.js';
-import { CSRF_COOKIE, SESSION_COOKIE, parseCookies, serializeCookie } from './cookies.js';
+import { cookieNames, parseCookies, serializeCookie } from './cookies.js';
 
 export type DashboardDeps = PipelineDeps & { accounts: Accounts };
 
@@ -26,6 +26,12 @@ const VERIFIER = join(import.meta.dirname, '..', '..', 'tools', 'verify-anchors.
 
 /** Sign-in attempts allowed per minute, per client address and per account. */
 export const LOGIN_LIMITS = { perAddress: 20, perAccount: 5 };
+/** Audit lookups by request id per minute and account: each may read up to LOOKUP_WITHIN entries. */
+const LOOKUPS_PER_MINUTE = 10;
+const LOOKUP_WITHIN = 1_000_000;
+const SWEEP_MS = 10 * 60_000;
+/** Host names a browser uses for the device posture's loopback address; any other name is DNS rebinding. */
+const LOOPBACK_HOST = /^(127\.0\.0\.1|\[::1\]|localhost)(:\d+)?$/i;
 
 interface Signed {
   token: string;
@@ -55,8 +61,19 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
   // Plain HTTP is served on loopback only (the device posture), where a Secure cookie would never come back.
   const secure = usesTls(config.posture);
+  const names = cookieNames(secure);
   const cookie = (name: string, value: string, maxAge: number, httpOnly: boolean) =>
     serializeCookie(name, value, { secure, httpOnly, maxAge });
+  const lookups = new Gcra();
+
+  // Expired sessions go, and with them their chat keys.
+  const sweep = () => {
+    for (const session of accounts.sweepSessions()) endChatKey(session);
+  };
+  const sweeper = setInterval(sweep, SWEEP_MS);
+  sweeper.unref();
+  app.addHook('onReady', async () => sweep());
+  app.addHook('onClose', async () => clearInterval(sweeper));
 
   function signedIn(request: FastifyRequest): Signed {
     if (!request.dashboard) throw new ApiError('not_signed_in', 'Sign in to the dashboard first (your session may have expired).');
@@ -68,7 +85,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
   }
 
   function projectFor(user: UserRecord, ref: unknown): string {
-    const project = typeof ref === 'string' ? keys.findProject(ref) : undefined;
+    const project = typeof ref === 'string' && ref.length <= 80 ? keys.findProject(ref) : undefined;
     if (!project || !manages(user, project.id))
       throw new ApiError('not_found', `No project '${String(ref)}' in your account.`, { param: 'project' });
     return project.id;
@@ -85,12 +102,34 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
     return key;
   }
 
-  function beginSession(reply: FastifyReply, started: { token: string; session: SessionRecord }): void {
+  /** Ends the session the browser had, if any (with its chat key), and starts a new one. */
+  async function beginSession(request: FastifyRequest, reply: FastifyReply, userId: string): Promise<void> {
+    if (request.dashboard) endChatKey(accounts.endSession(request.dashboard.token));
+    const started = await accounts.startSession(userId);
     const maxAge = SESSION_HOURS * 3600;
     reply.header('set-cookie', [
-      cookie(SESSION_COOKIE, started.token, maxAge, true),
-      cookie(CSRF_COOKIE, started.session.csrf, maxAge, false),
+      cookie(names.session, started.token, maxAge, true),
+      cookie(names.csrf, started.session.csrf, maxAge, false),
     ]);
+  }
+
+  /** A key's own limits: an administrator sets any; an account may only lower them below the deployment's defaults. */
+  function checkLimits(user: UserRecord, rpm: number | null | undefined, tpm: number | null | undefined): void {
+    if (user.role === 'admin') return;
+    for (const [name, value, ceiling] of [
+      ['rpm', rpm, config.limits.defaultRpm],
+      ['tpm', tpm, config.limits.defaultTpm],
+    ] as const) {
+      if (typeof value === 'number' && value > ceiling) {
+        throw new ApiError(
+          'invalid_request_error',
+          `${name} may be at most ${ceiling} (this deployment's default); ask the operator for more.`,
+          {
+            param: name,
+          },
+        );
+      }
+    }
   }
 
   function endChatKey(session: SessionRecord | undefined): void {
@@ -107,13 +146,18 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
       // Who is calling, and whether a change carries the right CSRF token.
       api.addHook('onRequest', async (request, reply) => {
         reply.header('cache-control', 'no-store');
+        // On plain HTTP (loopback only), a page that rebinds its own domain name to 127.0.0.1 could reach this API;
+        // its requests name its domain in Host.
+        if (!secure && !LOOPBACK_HOST.test(request.headers.host ?? '')) {
+          throw new ApiError('permission_denied', 'The dashboard answers only at 127.0.0.1, [::1] or localhost on this posture.');
+        }
         const cookies = parseCookies(request.headers.cookie);
-        const token = cookies.get(SESSION_COOKIE);
+        const token = cookies.get(names.session);
         const found = accounts.session(token);
         request.dashboard = found && token ? { token, ...found } : null;
         if (request.method === 'GET' || request.method === 'HEAD') return;
         const presented = request.headers['x-csrf-token'];
-        const expected = request.dashboard ? request.dashboard.session.csrf : cookies.get(CSRF_COOKIE);
+        const expected = request.dashboard ? request.dashboard.session.csrf : cookies.get(names.csrf);
         if (typeof presented !== 'string' || !sameToken(presented, expected)) {
           throw new ApiError(
             'csrf_token_invalid',
@@ -124,10 +168,10 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
       api.get('/session', async (request, reply) => {
         const signed = request.dashboard;
-        let csrf = signed?.session.csrf ?? parseCookies(request.headers.cookie).get(CSRF_COOKIE);
+        let csrf = signed?.session.csrf ?? parseCookies(request.headers.cookie).get(names.csrf);
         if (!csrf || !/^[A-Za-z0-9_-]{43}$/.test(csrf)) {
           csrf = randomBytes(32).toString('base64url');
-          reply.header('set-cookie', cookie(CSRF_COOKIE, csrf, SESSION_HOURS * 3600, false));
+          reply.header('set-cookie', cookie(names.csrf, csrf, SESSION_HOURS * 3600, false));
         }
         return {
           user: signed ? view(signed.user) : null,
@@ -147,7 +191,11 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
               type: 'object',
               required: ['email', 'password', 'project'],
               additionalProperties: false,
-              properties: { email: { type: 'string' }, password: { type: 'string' }, project: { type: 'string' } },
+              properties: {
+                email: { type: 'string', maxLength: 320 },
+                password: { type: 'string', maxLength: 1024 },
+                project: { type: 'string', maxLength: 64 },
+              },
             },
           },
         },
@@ -180,7 +228,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             keys.removeProject(projectId);
             fromAccounts(err);
           }
-          beginSession(reply, await accounts.startSession(user.id));
+          await beginSession(request, reply, user.id);
           request.log.info({ user: user.id, project: projectId }, 'dashboard account created');
           return reply.code(201).send({ user: view(user) });
         },
@@ -217,7 +265,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             request.log.info('dashboard sign-in refused');
             throw new ApiError('invalid_credentials', 'The email or the password is wrong.');
           }
-          beginSession(reply, await accounts.startSession(user.id));
+          await beginSession(request, reply, user.id);
           request.log.info({ user: user.id }, 'dashboard sign-in');
           return { user: view(user) };
         },
@@ -225,8 +273,8 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
       api.post('/logout', async (request, reply) => {
         const signed = signedIn(request);
-        endChatKey(await accounts.endSession(signed.token));
-        reply.header('set-cookie', [cookie(SESSION_COOKIE, '', 0, true), cookie(CSRF_COOKIE, '', 0, false)]);
+        endChatKey(accounts.endSession(signed.token));
+        reply.header('set-cookie', [cookie(names.session, '', 0, true), cookie(names.csrf, '', 0, false)]);
         return { signedOut: true };
       });
 
@@ -237,12 +285,21 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
       api.post<{ Body: { name: string } }>(
         '/projects',
-        { schema: { body: { type: 'object', required: ['name'], additionalProperties: false, properties: { name: { type: 'string' } } } } },
+        {
+          schema: {
+            body: {
+              type: 'object',
+              required: ['name'],
+              additionalProperties: false,
+              properties: { name: { type: 'string', maxLength: 64 } },
+            },
+          },
+        },
         async (request, reply) => {
           const { user } = signedIn(request);
           try {
             const project = keys.createProject(request.body.name);
-            if (user.role !== 'admin') await accounts.addProject(user.id, project.id);
+            if (user.role !== 'admin') accounts.addProject(user.id, project.id);
             return reply.code(201).send(project);
           } catch (err) {
             fromAccounts(err);
@@ -274,6 +331,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const { user } = signedIn(request);
           const project = projectFor(user, request.body.project);
           const { name, rpm, tpm } = request.body;
+          checkLimits(user, rpm, tpm);
           try {
             const created = keys.createKey({ project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) });
             request.log.info({ key: created.key.id, user: user.id }, 'key created in the dashboard');
@@ -335,6 +393,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         async (request) => {
           const { user } = signedIn(request);
           keyFor(user, request.params.id);
+          checkLimits(user, request.body.rpm, request.body.tpm);
           try {
             return keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
           } catch (err) {
@@ -418,8 +477,15 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             param: 'request_id',
           });
         }
+        const decision = lookups.consume(user.id, LOOKUPS_PER_MINUTE, 1);
+        if (!decision.allowed) {
+          const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
+          throw new ApiError('rate_limit_exceeded', `Too many lookups. Wait ${seconds} seconds and try again.`, {
+            headers: { 'retry-after': String(seconds) },
+          });
+        }
         const audit = auditOf();
-        const leaf = findByRequestId(audit, id);
+        const leaf = await findByRequestId(audit, id, LOOKUP_WITHIN);
         const visible = (entry: { project?: string }) => typeof entry.project === 'string' && manages(user, entry.project);
         if (leaf === null) throw new ApiError('not_found', `No audit entry for ${id} in your projects.`, { param: 'request_id' });
         return receiptOf(audit, leaf, visible, config.audit.checkpointMs);
@@ -438,26 +504,37 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
       // page that asked holds it, in memory).
       api.post<{ Body: { project?: string } }>(
         '/chat-key',
-        { schema: { body: { type: 'object', additionalProperties: false, properties: { project: { type: 'string' } } } } },
+        { schema: { body: { type: 'object', additionalProperties: false, properties: { project: { type: 'string', maxLength: 80 } } } } },
         async (request) => {
           const signed = signedIn(request);
           const { user, session } = signed;
-          if (session.chatKeyId) {
-            try {
-              if (keys.getKey(session.chatKeyId).status === 'active') return { secret: keys.rotateKey(session.chatKeyId).secret };
-            } catch {
-              // Revoked or removed: a new one below.
-            }
-          }
-          const first = request.body?.project ?? user.projects[0] ?? keys.listProjects()[0]?.id;
-          if (!first)
+          // An administrator manages every tenant's projects: the chat app must be told which one to bill, never guess.
+          const asked = request.body?.project ?? user.projects[0];
+          if (!asked) {
             throw new ApiError(
               'invalid_request_error',
-              'Create a project first: the chat app calls the API with a key of one of your projects.',
+              user.role === 'admin'
+                ? 'Choose the project the chat app calls the API for.'
+                : 'Create a project first: the chat app calls the API with a key of one of your projects.',
+              { param: 'project' },
             );
-          const project = projectFor(user, first);
+          }
+          const project = projectFor(user, asked);
+          if (session.chatKeyId) {
+            try {
+              const current = keys.getKey(session.chatKeyId);
+              if (current.status === 'active' && current.project === project) return { secret: keys.rotateKey(current.id).secret };
+              keys.revokeKey(current.id);
+            } catch {
+              // Already removed: a new one below.
+            }
+          }
           const created = keys.createKey({ project, name: `chat app (${user.email})` });
-          await accounts.setChatKey(signed.token, created.key.id);
+          if (!accounts.setChatKey(signed.token, created.key.id)) {
+            // The session ended while the key was made: it must not outlive it.
+            keys.revokeKey(created.key.id);
+            throw new ApiError('not_signed_in', 'Sign in to the dashboard first (your session may have expired).');
+          }
           return { secret: created.secret };
         },
       );

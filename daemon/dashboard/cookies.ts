@@ -1,8 +1,16 @@
 // The two cookies the dashboard sets. The session cookie is HttpOnly (page scripts never see it) and SameSite=Strict
 // (no other site's page can make the browser send it); the CSRF cookie is readable by the page, which echoes it in
-// a header: a page from elsewhere can neither read it nor set that header.
-export const SESSION_COOKIE = 'sov_session';
-export const CSRF_COOKIE = 'sov_csrf';
+// a header: a page from elsewhere can neither read it nor set that header. Over HTTPS both carry the __Host- prefix,
+// so a sibling subdomain cannot plant a cookie of the same name that the browser would send first.
+
+export interface CookieNames {
+  session: string;
+  csrf: string;
+}
+
+export function cookieNames(secure: boolean): CookieNames {
+  return secure ? { session: '__Host-sov_session', csrf: '__Host-sov_csrf' } : { session: 'sov_session', csrf: 'sov_csrf' };
+}
 
 export function parseCookies(header: string | undefined): Map<string, string> {
   const out = new Map<string, string>();
@@ -11,7 +19,6 @@ export function parseCookies(header: string | undefined): Map<string, string> {
     const eq = part.indexOf('=');
     if (eq < 0) continue;
     const name = part.slice(0, eq).trim();
-    // The first cookie of a name wins: it is the one with the most specific path, which is ours.
     if (name && !out.has(name)) out.set(name, part.slice(eq + 1).trim());
   }
   return out;

@@ -34,7 +34,11 @@ export class UsageMeter {
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
 
-  constructor(store: Store) {
+  constructor(
+    store: Store,
+    /** Told when counts could not be written (they are kept for the next try). */
+    private readonly onError: (err: Error) => void = () => {},
+  ) {
     this.counts = store.db<UsageCounts>('usage');
     this.lastUsedDb = store.db<number>('key-last-used');
   }
@@ -79,22 +83,34 @@ export class UsageMeter {
     return out.sort((a, b) => a.minute.localeCompare(b.minute));
   }
 
-  /** Adds the pending counts to lmdb and drops minutes older than the retention. */
+  /**
+   * Adds the pending counts to lmdb and drops minutes older than the retention. A failed write keeps its counts for
+   * the next try and is reported, never thrown: usage must not stop the daemon.
+   */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
-      const pending = this.pending;
+      const batch = this.pending;
       const lastUsed = [...this.lastUsedAt];
       this.pending = new Map();
-      if (!pending.size) return;
-      await this.counts.transaction(() => {
-        for (const [id, counts] of pending) {
-          const stored = this.counts.get(id);
-          void this.counts.put(id, stored ? add({ ...stored }, counts) : counts);
+      if (!batch.size) return;
+      try {
+        await this.counts.transaction(() => {
+          for (const [id, counts] of batch) {
+            const stored = this.counts.get(id);
+            void this.counts.put(id, stored ? add({ ...stored }, counts) : counts);
+          }
+          for (const [key, at] of lastUsed) void this.lastUsedDb.put(key, at);
+          const horizon = bucketKey(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES, '', '');
+          for (const id of [...this.counts.getKeys({ end: horizon })]) void this.counts.remove(id);
+        });
+      } catch (err) {
+        for (const [id, counts] of batch) {
+          const newer = this.pending.get(id);
+          if (newer) add(newer, counts);
+          else this.pending.set(id, counts);
         }
-        for (const [key, at] of lastUsed) void this.lastUsedDb.put(key, at);
-        const horizon = bucketKey(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES, '', '');
-        for (const id of this.counts.getKeys({ end: horizon })) void this.counts.remove(id);
-      });
+        this.onError(err as Error);
+      }
     });
     return this.flushing;
   }

@@ -13,7 +13,8 @@ export class DashboardClient {
   ) {}
 
   get csrf(): string {
-    return this.cookies.get('sov_csrf') ?? '';
+    // Over HTTPS the cookie carries the __Host- prefix.
+    return this.cookies.get('__Host-sov_csrf') ?? this.cookies.get('sov_csrf') ?? '';
   }
 
   async call(method: string, path: string, body?: unknown, options: { csrf?: string | null } = {}): Promise<RawResponse> {

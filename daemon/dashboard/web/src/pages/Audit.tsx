@@ -27,15 +27,28 @@ interface Receipt {
 
 interface Outcome {
   ok: boolean;
+  /** Verified, but entries newer than the newest checkpoint are not covered by a signature yet. */
+  partial: boolean;
   lines: string[];
 }
 
 async function run(check: () => Promise<{ lines: string[] }>): Promise<Outcome> {
   try {
     const { lines } = await check();
-    return { ok: true, lines };
+    return { ok: true, partial: lines.some((l) => l.startsWith('NOT VERIFIED')), lines };
   } catch (err) {
-    return { ok: false, lines: [messageOf(err)] };
+    return { ok: false, partial: false, lines: [messageOf(err)] };
+  }
+}
+
+// What this browser verified last time for this log (key id, size, root), as the offline verifier's --state file:
+// the next check fails if the log was forked, rolled back, or re-signed by a key this browser did not trust.
+const STATE = `sovereign.audit-state.${location.host}`;
+function trustedState(): unknown {
+  try {
+    return JSON.parse(localStorage.getItem(STATE) ?? 'null') ?? undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -43,7 +56,7 @@ function Result(props: { outcome: Outcome | null; testId: string }) {
   if (!props.outcome) return null;
   return (
     <div class={props.outcome.ok ? 'verified' : 'failed'} role="status" data-testid={props.testId}>
-      <strong>{props.outcome.ok ? t('audit.verified') : t('audit.failed')}</strong>
+      <strong>{!props.outcome.ok ? t('audit.failed') : props.outcome.partial ? t('audit.verifiedPartly') : t('audit.verified')}</strong>
       <ul dir="ltr">
         {props.outcome.lines.map((line, i) => (
           <li key={i}>{line}</li>
@@ -72,10 +85,12 @@ export function AuditPage() {
     setOutcome(null);
     setOutcome(
       await run(async () => {
-        const anchors = await dash<{ tree_size: number; public_key: string | null; keys: Record<string, string> }>(
-          'GET',
-          '/audit/anchors.json',
-        );
+        const anchors = await dash<{
+          tree_size: number;
+          public_key: string | null;
+          attestation_key: string | null;
+          keys: Record<string, string>;
+        }>('GET', '/audit/anchors.json');
         const res = await fetch(`/dashboard/api/audit/entries.jsonl?size=${anchors.tree_size}`, { credentials: 'same-origin' });
         if (!res.ok) throw new Error(`${res.status} ${res.statusText}`);
         const text = await res.text();
@@ -89,7 +104,16 @@ export function AuditPage() {
                 .map((line) => encoder.encode(line));
         const keyPems = Object.values(anchors.keys ?? {});
         if (!keyPems.length && anchors.public_key) keyPems.push(anchors.public_key);
-        return verify({ keyPems, anchors, entries });
+        const result = await verify({
+          keyPems,
+          anchors,
+          entries,
+          state: trustedState(),
+          requireTpm: summary?.signer === 'tpm',
+          ...(anchors.attestation_key ? { akPem: anchors.attestation_key } : {}),
+        });
+        if (result.latest) localStorage.setItem(STATE, JSON.stringify(result.latest));
+        return result;
       }),
     );
     setBusy(false);
@@ -151,6 +175,7 @@ export function AuditPage() {
           {summary.canExport ? (
             <>
               <p>{t('audit.verifyHint')}</p>
+              <p class="hint">{t('audit.trustHint')}</p>
               <button type="button" class="primary" disabled={busy} onClick={() => void verifyLog()}>
                 {busy ? t('audit.verifying') : t('audit.verify')}
               </button>

@@ -2,7 +2,7 @@
 // and the audit log apply to it too. Each message of the user is shown as the model received it, redacted values
 // marked. Answers stream in; every message sets its own direction (dir="auto"), so Arabic reads right to left.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { dash, v1 } from '../api.js';
+import { dash, v1, type Project } from '../api.js';
 import { ErrorNote, messageOf } from '../components.js';
 import { t } from '../i18n.js';
 
@@ -65,6 +65,8 @@ async function readEvents(body: ReadableStream<Uint8Array>, onData: (data: strin
 
 export function ChatPage() {
   const [key, setKey] = useState<string | null>(null);
+  const [projects, setProjects] = useState<Project[]>([]);
+  const [project, setProject] = useState('');
   const [models, setModels] = useState<string[]>([]);
   const [model, setModel] = useState('');
   const [messages, setMessages] = useState<Message[]>([]);
@@ -79,8 +81,19 @@ export function ChatPage() {
   const input = useRef<HTMLTextAreaElement>(null);
 
   useEffect(() => {
+    dash<{ data: Project[] }>('GET', '/projects')
+      .then(({ data }) => {
+        setProjects(data);
+        setProject(data[0]?.id ?? '');
+      })
+      .catch((err) => setError(messageOf(err)));
+  }, []);
+
+  // The chat app's key is for one project: its calls count there, and its documents live there.
+  useEffect(() => {
+    if (!project) return;
     (async () => {
-      const { secret } = await dash<{ secret: string }>('POST', '/chat-key');
+      const { secret } = await dash<{ secret: string }>('POST', '/chat-key', { project });
       setKey(secret);
       const [listed, overview] = await Promise.all([
         v1('/models', secret).then((r) => r.json() as Promise<{ data: Array<{ id: string }> }>),
@@ -95,7 +108,7 @@ export function ChatPage() {
       setModel(ids[0] ?? '');
       setTranscriber(ofCapability('transcription')[0] ?? null);
     })().catch((err) => setError(messageOf(err)));
-  }, []);
+  }, [project]);
 
   async function send(event: Event) {
     event.preventDefault();
@@ -221,16 +234,29 @@ export function ChatPage() {
   return (
     <main id="main" class="chat">
       <h1>{t('chat.title')}</h1>
-      <label>
-        {t('chat.model')}
-        <select value={model} onChange={(e) => setModel(e.currentTarget.value)} data-testid="model-select">
-          {models.map((id) => (
-            <option value={id} key={id}>
-              {id}
-            </option>
-          ))}
-        </select>
-      </label>
+      <div class="row">
+        <label>
+          {t('keys.project')}
+          <select value={project} onChange={(e) => setProject(e.currentTarget.value)} data-testid="chat-project">
+            {projects.map((p) => (
+              <option value={p.id} key={p.id}>
+                {p.name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          {t('chat.model')}
+          <select value={model} onChange={(e) => setModel(e.currentTarget.value)} data-testid="model-select">
+            {models.map((id) => (
+              <option value={id} key={id}>
+                {id}
+              </option>
+            ))}
+          </select>
+        </label>
+      </div>
+      {projects.length === 0 && <p>{t('chat.noProject')}</p>}
       {key && models.length === 0 && <p>{t('chat.noModels')}</p>}
       <details class="documents">
         <summary>{t('chat.documents')}</summary>
