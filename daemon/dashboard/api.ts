@@ -68,7 +68,11 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
   // Expired sessions go, and with them their chat keys.
   const sweep = () => {
-    for (const session of accounts.sweepSessions()) endChatKey(session);
+    try {
+      for (const session of accounts.sweepSessions()) endChatKey(session);
+    } catch (err) {
+      app.log.error({ err: (err as Error).message }, 'expired dashboard sessions could not be removed; retrying later');
+    }
   };
   const sweeper = setInterval(sweep, SWEEP_MS);
   sweeper.unref();
