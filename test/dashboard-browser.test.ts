@@ -7,11 +7,12 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
+import type { Page } from 'playwright-core';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
 import { writeTinyWhisperModel } from './fixtures/whisper.js';
-import { launchBrowser, newPage, screenshot } from './helpers/browser.js';
+import { accessibilityProblems, launchBrowser, newPage, screenshot } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
 
@@ -78,10 +79,16 @@ const statusOf = (apiKey: string) =>
     .then(() => 200)
     .catch((e: { status?: number }) => e.status ?? 0);
 
+/** A screenshot of a main screen, and its check for WCAG 2 A/AA problems (labels, contrast, roles, language). */
+async function capture(t: { same: (a: unknown, b: unknown, m: string) => unknown }, on: Page, name: string): Promise<void> {
+  await screenshot(on, name);
+  t.same(await accessibilityProblems(on), [], `${name}: no accessibility problems axe-core can find`);
+}
+
 t.test('sign up, create a key and use it; rotate and revoke it from the page', async (t) => {
   await page.goto(`${origin}/dashboard/`);
   await page.getByRole('heading', { name: 'Sign in' }).waitFor();
-  await screenshot(page, 'signin-en');
+  await capture(t, page, 'signin-en');
   await page.getByRole('link', { name: /Create one/ }).click();
   await page.getByLabel('Email').fill('nora@bank.example');
   await page.getByLabel('Password').fill(PASSWORD);
@@ -97,7 +104,7 @@ t.test('sign up, create a key and use it; rotate and revoke it from the page', a
   await dialog.waitFor();
   const secret = (await page.getByTestId('secret').textContent())!;
   t.match(secret, /^sk-sov-/, 'the secret is shown once');
-  await screenshot(page, 'key-secret-en');
+  await capture(t, page, 'key-secret-en');
   await page.getByRole('button', { name: 'I have stored it' }).click();
   t.notMatch(await page.content(), new RegExp(secret.slice(-24)), 'and is gone from the page once closed');
 
@@ -128,7 +135,7 @@ t.test('sign up, create a key and use it; rotate and revoke it from the page', a
   await confirm.getByRole('button', { name: 'Revoke' }).click();
   await row.getByText('revoked').waitFor();
   t.equal(await statusOf(rotated), 401, 'the client fails once the key is revoked');
-  await screenshot(page, 'keys-en');
+  await capture(t, page, 'keys-en');
 
   // A change the page did not make (no CSRF token) is refused.
   const forged = await page.evaluate(async () => {
@@ -147,16 +154,16 @@ t.test('models and health, then the whole dashboard in Arabic, right to left', a
   await page.getByRole('link', { name: 'Models and health' }).click();
   await page.getByTestId('models-table').getByText('tiny-chat').waitFor();
   await page.getByText(/SOFTWARE key/).waitFor();
-  await screenshot(page, 'models-en');
+  await capture(t, page, 'models-en');
 
   await page.getByTestId('lang-switch').click();
   t.equal(await page.getAttribute('html', 'dir'), 'rtl');
   t.equal(await page.getAttribute('html', 'lang'), 'ar');
   await page.getByRole('heading', { name: 'النماذج والحالة' }).waitFor();
-  await screenshot(page, 'models-ar');
+  await capture(t, page, 'models-ar');
   await page.getByRole('link', { name: 'المفاتيح' }).click();
   await page.getByRole('heading', { name: 'المشاريع والمفاتيح' }).waitFor();
-  await screenshot(page, 'keys-ar');
+  await capture(t, page, 'keys-ar');
 });
 
 t.test('chat in Arabic: the national ID never reaches the model, and the page shows where it was redacted', async (t) => {
@@ -174,19 +181,19 @@ t.test('chat in Arabic: the national ID never reaches the model, and the page sh
   await page.locator('li.assistant .leaf').waitFor({ timeout: 60_000 });
   t.match((await page.locator('li.assistant .leaf').textContent())!, /\d+/, 'the answer names its audit entry');
   t.equal(await page.locator('li.user p[dir="auto"]').first().getAttribute('dir'), 'auto');
-  await screenshot(page, 'chat-ar');
+  await capture(t, page, 'chat-ar');
 
   const logs = daemon.logs.join('\n');
   t.notMatch(logs, new RegExp(NATIONAL_ID), 'the ID is not in the daemon’s log');
 
   await page.getByTestId('lang-switch').click();
   await page.getByRole('heading', { name: 'Chat' }).waitFor();
-  await screenshot(page, 'chat-en');
+  await capture(t, page, 'chat-en');
 
   await page.getByTestId('lang-switch').click();
   await page.getByRole('button', { name: 'تسجيل الخروج' }).click();
   await page.getByRole('heading', { name: 'تسجيل الدخول' }).waitFor();
-  await screenshot(page, 'signin-ar');
+  await capture(t, page, 'signin-ar');
   await page.getByTestId('lang-switch').click();
 });
 
@@ -217,7 +224,7 @@ t.test('the chat app: a document uploaded and asked about, with citations; a que
   t.match(cited, /\[1\] branch-hours\.md/, 'the answer cites the document');
   t.match(cited, /\[IBAN\]/, 'whose stored text holds the placeholder');
   t.notMatch(cited, /6080 1016/, 'and never the IBAN');
-  await screenshot(page, 'chat-documents-en');
+  await capture(t, page, 'chat-documents-en');
   await page.getByLabel(/Answer from the knowledge base/).uncheck();
 
   // Voice: Chromium's fake microphone plays espeak-ng's recording; the page sends it to /v1/audio/transcriptions.
@@ -252,7 +259,7 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   await admin.getByRole('link', { name: 'Usage' }).click();
   await admin.getByTestId('usage-chart').waitFor();
   await admin.getByTestId('usage-table').getByText('/v1/models').first().waitFor();
-  await screenshot(admin, 'usage-en');
+  await capture(t, admin, 'usage-en');
   await admin.getByTestId('usage-by').selectOption('route');
   await admin.locator('.legend').getByText('/v1/models').waitFor();
   t.match((await admin.getByTestId('usage-chart').getAttribute('aria-label'))!, /^Calls per endpoint over the last 24 hours: \d+ in all$/);
@@ -277,14 +284,14 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   }
   await admin.getByRole('button', { name: 'Verify this receipt' }).click();
   t.match((await admin.getByTestId('receipt-result').textContent())!, /^VERIFIED.*included in checkpoint/);
-  await screenshot(admin, 'audit-en');
+  await capture(t, admin, 'audit-en');
 
   await admin.getByTestId('lang-switch').click();
   await admin.getByRole('heading', { name: 'سجل التدقيق' }).waitFor();
-  await screenshot(admin, 'audit-ar');
+  await capture(t, admin, 'audit-ar');
   await admin.getByRole('link', { name: 'الاستخدام' }).click();
   await admin.getByTestId('usage-chart').waitFor();
-  await screenshot(admin, 'usage-ar');
+  await capture(t, admin, 'usage-ar');
   await context.close();
 });
 
@@ -307,10 +314,13 @@ t.test('a frontier daemon shows its banner on every screen', async (t) => {
   const banner = p.getByTestId('frontier-banner');
   await banner.waitFor();
   t.match((await banner.textContent())!, /leaves the sovereign boundary/);
-  await screenshot(p, 'frontier-en');
+  await capture(t, p, 'frontier-en');
   await p.getByTestId('lang-switch').click();
   t.match((await banner.textContent())!, /يغادر النطاق السيادي/);
-  await screenshot(p, 'frontier-ar');
+  await capture(t, p, 'frontier-ar');
+  // The accessibility check does find problems: an input without a label is one.
+  await p.evaluate("document.body.append(Object.assign(document.createElement('input'), { type: 'text' }))");
+  t.match(await accessibilityProblems(p), [/^label: /], 'an unlabelled field is reported');
   await p.getByTestId('lang-switch').click();
   await p.close();
 });

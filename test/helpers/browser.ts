@@ -1,7 +1,7 @@
 // Headless Chromium (Debian's package) driven by playwright-core, for end-to-end tests of the dashboard. Chromium's
 // own background traffic is switched off, and every request it would make to anything but loopback goes to a
 // proxy address on loopback where nothing listens: a test page can reach the daemon under test and nothing else.
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { ROOT } from './daemon.js';
@@ -53,4 +53,18 @@ export async function newPage(browser: Browser, locale = 'en-US'): Promise<{ con
 export async function screenshot(page: Page, name: string): Promise<void> {
   mkdirSync(SCREENSHOTS, { recursive: true });
   await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+}
+
+const AXE = readFileSync(join(ROOT, 'node_modules', 'axe-core', 'axe.min.js'), 'utf8');
+
+/**
+ * WCAG 2 A and AA problems axe-core finds on the page as it is now (labels, contrast, roles, language…), one line
+ * each: rule, then the elements. axe is evaluated through the debugging protocol, so the page's CSP stays on.
+ */
+export async function accessibilityProblems(page: Page): Promise<string[]> {
+  await page.evaluate(AXE);
+  const violations = (await page.evaluate(
+    `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }).then((r) => r.violations.map((v) => ({ id: v.id, nodes: v.nodes.map((n) => n.target.join(' ')) })))`,
+  )) as Array<{ id: string; nodes: string[] }>;
+  return violations.map((v) => `${v.id}: ${v.nodes.join(', ')}`);
 }
