@@ -63,8 +63,8 @@ const AXE = readFileSync(join(ROOT, 'node_modules', 'axe-core', 'axe.min.js'), '
  */
 export async function accessibilityProblems(page: Page): Promise<string[]> {
   await page.evaluate(AXE);
-  const violations = (await page.evaluate(
+  const violations = await page.evaluate<Array<{ id: string; nodes: string[] }>>(
     `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }).then((r) => r.violations.map((v) => ({ id: v.id, nodes: v.nodes.map((n) => n.target.join(' ')) })))`,
-  )) as Array<{ id: string; nodes: string[] }>;
+  );
   return violations.map((v) => `${v.id}: ${v.nodes.join(', ')}`);
 }
