@@ -47,6 +47,16 @@ declare module 'fastify' {
 
 const selfServe = (config: Config) => config.posture === 'cloud' || config.posture === 'frontier';
 
+/** Takes one attempt from `bucket` (at most `perMinute`), or refuses with 429 and when to retry. */
+function admit(limiter: Gcra, bucket: string, perMinute: number, what: string): void {
+  const decision = limiter.consume(bucket, perMinute, 1);
+  if (decision.allowed) return;
+  const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
+  throw new ApiError('rate_limit_exceeded', `${what} Wait ${seconds} seconds and try again.`, {
+    headers: { 'retry-after': String(seconds) },
+  });
+}
+
 function fromAccounts(err: unknown): never {
   if (err instanceof AccountsError || err instanceof KeysError) {
     const code = err.kind === 'conflict' ? 'conflict' : err.kind === 'not_found' ? 'not_found' : 'invalid_request_error';
@@ -210,13 +220,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
               `Self-serve sign-up is only on the cloud and frontier postures. On ${config.posture}, the operator creates accounts with 'sovereign admin create'.`,
             );
           }
-          const decision = logins.consume(`signup:${request.ip}`, LOGIN_LIMITS.perAddress, 1);
-          if (!decision.allowed) {
-            const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-            throw new ApiError('rate_limit_exceeded', `Too many sign-ups from your address. Wait ${seconds} seconds and try again.`, {
-              headers: { 'retry-after': String(seconds) },
-            });
-          }
+          admit(logins, `signup:${request.ip}`, LOGIN_LIMITS.perAddress, 'Too many sign-ups from your address.');
           const { email, password, project } = request.body;
           if (accounts.findByEmail(email)) throw new ApiError('conflict', 'An account for this email already exists. Sign in instead.');
           let projectId: string;
@@ -252,18 +256,8 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         },
         async (request, reply) => {
           const email = request.body.email.trim().toLowerCase();
-          for (const [bucket, limit] of [
-            [`ip:${request.ip}`, LOGIN_LIMITS.perAddress],
-            [`email:${email}`, LOGIN_LIMITS.perAccount],
-          ] as const) {
-            const decision = logins.consume(bucket, limit, 1);
-            if (!decision.allowed) {
-              const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-              throw new ApiError('rate_limit_exceeded', `Too many sign-in attempts. Wait ${seconds} seconds and try again.`, {
-                headers: { 'retry-after': String(seconds) },
-              });
-            }
-          }
+          admit(logins, `ip:${request.ip}`, LOGIN_LIMITS.perAddress, 'Too many sign-in attempts.');
+          admit(logins, `email:${email}`, LOGIN_LIMITS.perAccount, 'Too many sign-in attempts.');
           const user = await accounts.checkPassword(email, request.body.password);
           if (!user) {
             request.log.info('dashboard sign-in refused');
@@ -481,13 +475,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             param: 'request_id',
           });
         }
-        const decision = lookups.consume(user.id, LOOKUPS_PER_MINUTE, 1);
-        if (!decision.allowed) {
-          const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-          throw new ApiError('rate_limit_exceeded', `Too many lookups. Wait ${seconds} seconds and try again.`, {
-            headers: { 'retry-after': String(seconds) },
-          });
-        }
+        admit(lookups, user.id, LOOKUPS_PER_MINUTE, 'Too many lookups.');
         const audit = auditOf();
         const leaf = await findByRequestId(audit, id, LOOKUP_WITHIN);
         const visible = (entry: { project?: string }) => typeof entry.project === 'string' && manages(user, entry.project);

@@ -1,8 +1,8 @@
 // Small shared pieces: a modal dialog on the native <dialog> element (focus trapped, Escape closes), and an error
 // line that screen readers announce.
 import type { ComponentChildren } from 'preact';
-import { useEffect, useRef } from 'preact/hooks';
-import { ApiFailure } from './api.js';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { ApiFailure, dash, type Project } from './api.js';
 import { t, type MessageKey } from './i18n.js';
 import en from './messages/en.json';
 
@@ -64,4 +64,34 @@ export function field(form: FormData, name: string): string {
 export function messageOf(err: unknown): string {
   if (err instanceof ApiFailure && err.code && `errors.${err.code}` in en) return t(`errors.${err.code}` as MessageKey);
   return err instanceof Error ? err.message : String(err);
+}
+
+/** The account's projects and the one chosen (the first, until the user picks another). */
+export function useProjects(onError: (message: string) => void) {
+  const [projects, setProjects] = useState<Project[]>([]);
+  const [project, setProject] = useState('');
+  async function reload(select?: string) {
+    const { data } = await dash<{ data: Project[] }>('GET', '/projects');
+    setProjects(data);
+    setProject((current) => select ?? (current || data[0]?.id || ''));
+  }
+  useEffect(() => {
+    reload().catch((err) => onError(messageOf(err)));
+  }, []);
+  return { projects, project, setProject, reload };
+}
+
+export function ProjectSelect(props: { projects: Project[]; project: string; onChange: (id: string) => void; testId?: string }) {
+  return (
+    <label>
+      {t('keys.project')}
+      <select value={props.project} onChange={(e) => props.onChange(e.currentTarget.value)} data-testid={props.testId}>
+        {props.projects.map((p) => (
+          <option value={p.id} key={p.id}>
+            {p.name}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
 }

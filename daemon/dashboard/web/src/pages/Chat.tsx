@@ -2,8 +2,8 @@
 // and the audit log apply to it too. Each message of the user is shown as the model received it, redacted values
 // marked. Answers stream in; every message sets its own direction (dir="auto"), so Arabic reads right to left.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { dash, v1, type Project } from '../api.js';
-import { ErrorNote, messageOf } from '../components.js';
+import { dash, v1 } from '../api.js';
+import { ErrorNote, ProjectSelect, messageOf, useProjects } from '../components.js';
 import { t } from '../i18n.js';
 
 interface Citation {
@@ -65,12 +65,11 @@ async function readEvents(body: ReadableStream<Uint8Array>, onData: (data: strin
 
 export function ChatPage() {
   const [key, setKey] = useState<string | null>(null);
-  const [projects, setProjects] = useState<Project[]>([]);
-  const [project, setProject] = useState('');
   const [models, setModels] = useState<string[]>([]);
   const [model, setModel] = useState('');
   const [messages, setMessages] = useState<Message[]>([]);
   const [error, setError] = useState<string | null>(null);
+  const { projects, project, setProject } = useProjects(setError);
   const [busy, setBusy] = useState(false);
   const [knowledgeBase, setKnowledgeBase] = useState('my-documents');
   const [askDocuments, setAskDocuments] = useState(false);
@@ -79,15 +78,6 @@ export function ChatPage() {
   const [recording, setRecording] = useState<MediaRecorder | null>(null);
   const [voiceStatus, setVoiceStatus] = useState<string | null>(null);
   const input = useRef<HTMLTextAreaElement>(null);
-
-  useEffect(() => {
-    dash<{ data: Project[] }>('GET', '/projects')
-      .then(({ data }) => {
-        setProjects(data);
-        setProject(data[0]?.id ?? '');
-      })
-      .catch((err) => setError(messageOf(err)));
-  }, []);
 
   // The chat app's key is for one project: its calls count there, and its documents live there.
   useEffect(() => {
@@ -235,16 +225,7 @@ export function ChatPage() {
     <main id="main" class="chat">
       <h1>{t('chat.title')}</h1>
       <div class="row">
-        <label>
-          {t('keys.project')}
-          <select value={project} onChange={(e) => setProject(e.currentTarget.value)} data-testid="chat-project">
-            {projects.map((p) => (
-              <option value={p.id} key={p.id}>
-                {p.name}
-              </option>
-            ))}
-          </select>
-        </label>
+        <ProjectSelect projects={projects} project={project} onChange={setProject} testId="chat-project" />
         <label>
           {t('chat.model')}
           <select value={model} onChange={(e) => setModel(e.currentTarget.value)} data-testid="model-select">

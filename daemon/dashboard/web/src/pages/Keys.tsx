@@ -2,7 +2,7 @@
 // period, revoke, and edit the key's own rate limits. Destructive actions ask first.
 import { useEffect, useState } from 'preact/hooks';
 import { dash, type Key, type Project, type Session } from '../api.js';
-import { Confirm, ErrorNote, Modal, field, messageOf } from '../components.js';
+import { Confirm, ErrorNote, Modal, ProjectSelect, field, messageOf, useProjects } from '../components.js';
 import { formatDate, t } from '../i18n.js';
 
 type Pending = { kind: 'rotate' | 'revoke' | 'limits'; key: Key } | null;
@@ -14,19 +14,12 @@ function numberOrNull(form: FormData, name: string): number | null {
 
 export function KeysPage(props: { session: Session }) {
   const metered = props.session.posture === 'cloud' || props.session.posture === 'frontier';
-  const [projects, setProjects] = useState<Project[]>([]);
-  const [project, setProject] = useState<string>('');
   const [keys, setKeys] = useState<Key[]>([]);
   const [error, setError] = useState<string | null>(null);
+  const { projects, project, setProject, reload: loadProjects } = useProjects(setError);
   const [secret, setSecret] = useState<{ key: Key; secret: string } | null>(null);
   const [pending, setPending] = useState<Pending>(null);
   const [copied, setCopied] = useState(false);
-
-  async function loadProjects(select?: string) {
-    const { data } = await dash<{ data: Project[] }>('GET', '/projects');
-    setProjects(data);
-    setProject((current) => select ?? (current || data[0]?.id || ''));
-  }
 
   async function loadKeys() {
     if (!project) return setKeys([]);
@@ -34,9 +27,6 @@ export function KeysPage(props: { session: Session }) {
     setKeys(data);
   }
 
-  useEffect(() => {
-    loadProjects().catch((err) => setError(messageOf(err)));
-  }, []);
   useEffect(() => {
     loadKeys().catch((err) => setError(messageOf(err)));
   }, [project]);
@@ -115,16 +105,7 @@ export function KeysPage(props: { session: Session }) {
         <h2 id="projects-heading" class="visually-hidden">
           {t('keys.projects')}
         </h2>
-        <label>
-          {t('keys.project')}
-          <select value={project} onChange={(e) => setProject(e.currentTarget.value)} data-testid="project-select">
-            {projects.map((p) => (
-              <option value={p.id} key={p.id}>
-                {p.name}
-              </option>
-            ))}
-          </select>
-        </label>
+        <ProjectSelect projects={projects} project={project} onChange={setProject} testId="project-select" />
         <form onSubmit={(e) => void createProject(e)} class="inline">
           <label>
             {t('keys.newProject')}

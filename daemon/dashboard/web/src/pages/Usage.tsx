@@ -1,8 +1,8 @@
 // Usage: calls per key over time (a stacked bar chart), and per key and endpoint the calls, errors and rate-limit
 // refusals. The table carries the same numbers as the chart, for screen readers and for copying.
 import { useEffect, useState } from 'preact/hooks';
-import { dash, type Project } from '../api.js';
-import { ErrorNote, messageOf } from '../components.js';
+import { dash } from '../api.js';
+import { ErrorNote, ProjectSelect, messageOf, useProjects } from '../components.js';
 import { currentLang, t } from '../i18n.js';
 
 interface Point {
@@ -102,21 +102,12 @@ function Chart(props: { usage: Usage; hours: number; by: 'key' | 'route' }) {
 }
 
 export function UsagePage() {
-  const [projects, setProjects] = useState<Project[]>([]);
-  const [project, setProject] = useState('');
   const [hours, setHours] = useState(24);
   const [by, setBy] = useState<'key' | 'route'>('key');
   const [usage, setUsage] = useState<Usage | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const { projects, project, setProject } = useProjects(setError);
 
-  useEffect(() => {
-    dash<{ data: Project[] }>('GET', '/projects')
-      .then(({ data }) => {
-        setProjects(data);
-        setProject(data[0]?.id ?? '');
-      })
-      .catch((err) => setError(messageOf(err)));
-  }, []);
   useEffect(() => {
     if (!project) return;
     dash<Usage>('GET', `/usage?project=${encodeURIComponent(project)}&hours=${hours}`)
@@ -139,16 +130,7 @@ export function UsagePage() {
       <h1>{t('usage.title')}</h1>
       <ErrorNote error={error} />
       <div class="row">
-        <label>
-          {t('keys.project')}
-          <select value={project} onChange={(e) => setProject(e.currentTarget.value)}>
-            {projects.map((p) => (
-              <option value={p.id} key={p.id}>
-                {p.name}
-              </option>
-            ))}
-          </select>
-        </label>
+        <ProjectSelect projects={projects} project={project} onChange={setProject} />
         <label>
           {t('usage.period')}
           <select value={String(hours)} onChange={(e) => setHours(Number(e.currentTarget.value))}>
