@@ -4,12 +4,14 @@
 // loopback. The pipeline runs in front of the upstream exactly as for a local model: auth, limits, scrubbing before
 // the upstream sees anything, audit; the upstream's own errors, names and ids never reach the client.
 import http from 'node:http';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
+import { speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
+import { writeTinyWhisperModel } from './fixtures/whisper.js';
 import { cli, createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { selfSignedCert } from './helpers/tls.js';
@@ -23,8 +25,29 @@ const fake = http.createServer((req, res) => {
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
   req.on('end', () => {
+    if (req.method === 'GET' && req.url === '/v1/models') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          object: 'list',
+          data: ['fake-model', 'fake-embedder'].map((id) => ({ id, object: 'model', created: 1, owned_by: 'x' })),
+        }),
+      );
+      return;
+    }
     const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, any>;
-    received.push({ ...body, authorization: req.headers.authorization });
+    received.push({ ...body, path: req.url, authorization: req.headers.authorization });
+    if (req.url === '/v1/embeddings') {
+      // Four dimensions per input, the first holding the input's length: enough to tell inputs apart.
+      const inputs: string[] = body.input;
+      const data = inputs.map((input, index) => {
+        const v = Float32Array.of(input.length, 1, 2, 3);
+        return { object: 'embedding', index, embedding: Buffer.from(v.buffer).toString('base64') };
+      });
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ object: 'list', data, model: 'fake-embedder', usage: { prompt_tokens: 5, total_tokens: 5 } }));
+      return;
+    }
     const last: string = body.messages.at(-1).content;
     const error = (status: number, message: string, headers: Record<string, string> = {}) => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
@@ -93,10 +116,34 @@ const fakeBase = `http://127.0.0.1:${(fake.address() as { port: number }).port}/
 // --- the device-posture daemon with the real engine, as the GPU rack stand-in ---
 const dir = tempDir(t);
 const fixtures = makeModelFixtures(dir);
+// The rack serves the fixtures' chat and embeddings models and a tiny whisper model.
+const whisper = writeTinyWhisperModel(join(fixtures.modelsDir, 'tiny-whisper.bin'));
+const rackManifest = join(dir, 'rack-manifest.json');
+writeFileSync(
+  rackManifest,
+  JSON.stringify({
+    models: [
+      ...JSON.parse(readFileSync(fixtures.manifest, 'utf8')).models,
+      {
+        id: 'tiny-whisper',
+        file: 'tiny-whisper.bin',
+        sha256: whisper.sha256,
+        size: whisper.size,
+        capability: 'transcription',
+        engine: 'whisper.cpp',
+        languages: ['ar', 'en'],
+        context: 448,
+        needs: { ramBytes: 0, vramBytes: 0, gpuRequired: false },
+        ownedBy: 'sovereign-tests',
+      },
+    ],
+  }),
+);
 const rackData = join(dir, 'rack');
 const rackKey = createKey(rackData);
-const rack = await startDaemon(t, ['--data-dir', rackData, ...fixtures.args]);
-await waitForModels(rack.baseURL, rackKey.secret, ['tiny-chat']);
+const rack = await startDaemon(t, ['--data-dir', rackData, '--models-dir', fixtures.modelsDir, '--manifest', rackManifest]);
+await waitForModels(rack.baseURL, rackKey.secret, ['tiny-chat', 'tiny-embed', 'tiny-whisper'], 60_000);
+const rackClient = new OpenAI({ apiKey: rackKey.secret, baseURL: rack.baseURL, maxRetries: 0 });
 const rackKeyFile = join(dir, 'rack.key');
 writeFileSync(rackKeyFile, `${rackKey.secret}\n`, { mode: 0o600 });
 
@@ -125,9 +172,21 @@ writeFileSync(
         name: 'rack',
         baseUrl: rack.baseURL,
         apiKeyFile: rackKeyFile,
-        models: [{ id: 'rack-chat', upstreamModel: 'tiny-chat', capability: 'chat', contextTokens: 1024, ownedBy: 'our-gpu-rack' }],
+        models: [
+          { id: 'rack-chat', upstreamModel: 'tiny-chat', capability: 'chat', contextTokens: 1024, ownedBy: 'our-gpu-rack' },
+          { id: 'rack-embed', upstreamModel: 'tiny-embed', capability: 'embeddings' },
+          { id: 'rack-whisper', upstreamModel: 'tiny-whisper', capability: 'transcription' },
+        ],
       },
-      { name: 'fake', baseUrl: fakeBase, timeoutMs: 1000, models: [{ id: 'fake-chat', upstreamModel: 'fake-model', capability: 'chat' }] },
+      {
+        name: 'fake',
+        baseUrl: fakeBase,
+        timeoutMs: 1000,
+        models: [
+          { id: 'fake-chat', upstreamModel: 'fake-model', capability: 'chat' },
+          { id: 'fake-embed', upstreamModel: 'fake-embedder', capability: 'embeddings', shortenable: true },
+        ],
+      },
       { name: 'down', baseUrl: downBase, models: [{ id: 'down-chat', capability: 'chat' }] },
     ],
   }),
@@ -136,23 +195,53 @@ const cloudKey = createKey(cloudData, 'acme', ['--config', config]);
 const cloud = await startDaemon(t, ['--config', config]);
 const agent = new Agent({ connect: { ca: tls.ca } });
 t.teardown(() => agent.close());
+/**
+ * fetch that trusts the test's certificate (undici's, with its own agent). Node's FormData is encoded here, by Node's
+ * Response, because undici's fetch takes only its own; the SDK's check for FormData support gets Node's fetch.
+ */
+const fetchTrusting = (async (url: string, init: RequestInit = {}) => {
+  if (url.startsWith('data:')) return fetch(url);
+  let body = init.body;
+  const headers = Object.fromEntries(new Headers(init.headers));
+  if (body instanceof FormData) {
+    const encoded = new Response(body);
+    headers['content-type'] = encoded.headers.get('content-type')!;
+    body = Buffer.from(await encoded.arrayBuffer());
+  }
+  return undiciFetch(url, { ...(init as object), headers, body, dispatcher: agent });
+}) as unknown as typeof fetch;
 const client = new OpenAI({
   apiKey: cloudKey.secret,
   baseURL: cloud.baseURL,
   maxRetries: 0,
-  fetch: ((url: string, init: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch,
+  fetch: fetchTrusting,
 });
 const auth = { authorization: `Bearer ${cloudKey.secret}`, 'content-type': 'application/json' };
+const listedIds = async () => (await client.models.list()).data.map((m) => m.id).sort();
+// Upstream models are listed once their upstream's first health check (and, for embeddings, a test call) answers.
+const upstreamIds = ['fake-chat', 'fake-embed', 'rack-chat', 'rack-embed', 'rack-whisper'];
+for (const until = Date.now() + 20_000; (await listedIds()).length < upstreamIds.length && Date.now() < until;) {
+  await new Promise((resolve) => setTimeout(resolve, 100));
+}
 
-t.test('upstream models are listed with their owner, and health names the upstream', async (t) => {
+t.test('upstream models are listed while their upstream serves them, with their owner; health names the upstream', async (t) => {
   const models = await client.models.list();
   const byId = Object.fromEntries(models.data.map((m) => [m.id, m]));
-  t.same(Object.keys(byId).sort(), ['down-chat', 'fake-chat', 'rack-chat']);
+  t.same(Object.keys(byId).sort(), upstreamIds, 'the upstream that does not answer has its model withheld');
   t.equal(byId['rack-chat'].owned_by, 'our-gpu-rack');
   t.equal(byId['fake-chat'].owned_by, 'fake', 'owned_by defaults to the upstream name');
   const health = await request(`${cloud.baseURL}/health`, { headers: auth, ca: tls.ca });
-  const rackModel = health.json.models.find((m: { id: string }) => m.id === 'rack-chat');
-  t.match(rackModel, { capability: 'chat', readiness: 'ready', upstream: 'rack', busy: 0, waiting: 0 });
+  const byHealth = Object.fromEntries(health.json.models.map((m: { id: string }) => [m.id, m]));
+  t.match(byHealth['rack-chat'], { capability: 'chat', readiness: 'ready', upstream: 'rack', busy: 0, waiting: 0 });
+  t.match(byHealth['rack-embed'], { capability: 'embeddings', readiness: 'ready', upstream: 'rack' });
+  t.match(byHealth['rack-whisper'], { capability: 'transcription', readiness: 'ready', upstream: 'rack' });
+  t.match(byHealth['down-chat'], {
+    readiness: 'failed',
+    upstream: 'down',
+    detail: /upstream 'down': it is not answering \(ECONNREFUSED\)/,
+  });
+  t.notMatch(byHealth['down-chat'].detail, /127\.0\.0\.1/, 'no address in health');
+  t.equal(health.json.status, 'degraded', 'an upstream down makes the daemon degraded');
 });
 
 t.test('chat through an upstream running the real engine: buffered and streamed, scrubbed before it leaves', async (t) => {
@@ -190,6 +279,72 @@ t.test('chat through an upstream running the real engine: buffered and streamed,
   // The upstream daemon audited both calls (what it was sent is checked against the other upstream below).
   const rackHealth = await request(`${rack.baseURL}/health`, { headers: { authorization: `Bearer ${rackKey.secret}` } });
   t.ok(rackHealth.json.audit.entries >= rackAuditBefore + 2, 'the upstream saw and audited the calls');
+});
+
+t.test('embeddings through an upstream running the real engine: the same vectors, scrubbed before they leave', async (t) => {
+  const input = ['صباح الخير', 'good morning'];
+  const through = await client.embeddings.create({ model: 'rack-embed', input });
+  const direct = await rackClient.embeddings.create({ model: 'tiny-embed', input });
+  t.equal(through.model, 'rack-embed', 'our model id');
+  t.equal(through.data.length, 2);
+  for (const i of [0, 1]) {
+    t.equal(through.data[i].index, i);
+    t.same(
+      through.data[i].embedding.map((v) => v.toFixed(5)),
+      direct.data[i].embedding.map((v) => v.toFixed(5)),
+      `input ${i}: the rack's own vector`,
+    );
+  }
+  t.ok(through.usage.prompt_tokens > 0, 'usage from the upstream');
+  // The rack's model is not Matryoshka-trained (shortenable is not set): asking for fewer dimensions is refused here,
+  // before anything leaves.
+  const width = direct.data[0].embedding.length;
+  const refused = await client.embeddings.create({ model: 'rack-embed', input: 'x', dimensions: width - 1 }).catch((e) => e);
+  t.equal(refused.status, 400);
+  t.equal(refused.error.param, 'dimensions');
+  t.match(refused.message, new RegExp(`only returns ${width} dimensions`));
+
+  received.length = 0;
+  const scrubbed = await client.embeddings.create({ model: 'fake-embed', input: [`IBAN ${IBAN}`, `id ${NATIONAL_ID}`], dimensions: 2 });
+  t.same(received[0].input, ['IBAN [IBAN]', 'id [NATIONAL_ID]'], 'the upstream saw placeholders only');
+  t.equal(received[0].model, 'fake-embedder');
+  t.equal(scrubbed.data[0].embedding.length, 2, 'a shortenable model is cut to the dimensions asked for');
+  const [a, b] = scrubbed.data[0].embedding;
+  t.ok(Math.abs(Math.hypot(a, b) - 1) < 1e-6, 'and re-normalised');
+  t.equal(scrubbed.usage.prompt_tokens, 5);
+});
+
+t.test('transcription through an upstream running the real engine', async (t) => {
+  const clip = speech(dir, 'The branch opens at eight in the morning.', 'en');
+  const file = () => toFile(readFileSync(clip), 'clip.wav');
+  const through = await client.audio.transcriptions.create({
+    file: await file(),
+    model: 'rack-whisper',
+    language: 'en',
+    response_format: 'verbose_json',
+  });
+  const direct = await rackClient.audio.transcriptions.create({
+    file: await file(),
+    model: 'tiny-whisper',
+    language: 'en',
+    response_format: 'verbose_json',
+  });
+  t.equal(through.language, 'english');
+  t.equal(through.text, direct.text, "the rack's own transcript");
+  t.ok(through.text.length > 0);
+  t.ok(Math.abs(through.duration - direct.duration) < 0.1, `duration ${through.duration} s`);
+  t.same(
+    through.segments!.map((s) => [s.start, s.end, s.text]),
+    direct.segments!.map((s) => [s.start, s.end, s.text]),
+    'the same segments, with their times',
+  );
+  const srt = await client.audio.transcriptions.create({
+    file: await file(),
+    model: 'rack-whisper',
+    language: 'en',
+    response_format: 'srt',
+  });
+  t.match(srt, /^1\n00:00:00,000 --> /, "our formats from the upstream's segments");
 });
 
 t.test('what the upstream is sent: scrubbed messages, its own model name, its own key, never ours', async (t) => {

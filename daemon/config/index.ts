@@ -13,4 +13,4 @@ export {
   type ConfigFlags,
   type LoadedConfig,
 } from './load.js';
-export { configSchema, POSTURES, type Config, type LogLevel, type Posture } from './schema.js';
+export { configSchema, POSTURES, type Config, type LogLevel, type Posture, type UpstreamConfig } from './schema.js';

@@ -64,15 +64,18 @@ export interface UpstreamConfig {
   apiKeyFile?: string;
   connections?: number;
   timeoutMs?: number;
+  retries?: number;
+  healthIntervalMs?: number;
   models: UpstreamModelConfig[];
 }
 
 export interface UpstreamModelConfig {
   id: string;
   upstreamModel?: string;
-  capability: 'chat';
+  capability: 'chat' | 'embeddings' | 'transcription';
   contextTokens?: number;
   ownedBy?: string;
+  shortenable?: boolean;
 }
 
 const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
@@ -238,6 +241,16 @@ export const configSchema = {
           },
           connections: positiveInt('Keep-alive connections kept open to the upstream.', 1, 4096),
           timeoutMs: positiveInt('Time allowed for the upstream to start answering, and between streamed pieces, in ms.', 100),
+          retries: positiveInt(
+            'Further tries of a call that failed before the upstream sent any answer (no connection, reset, 502/503/504).',
+            0,
+            5,
+          ),
+          healthIntervalMs: positiveInt(
+            "How often the upstream's GET /v1/models is checked, in ms; its models are listed only while it answers and names them.",
+            200,
+            3_600_000,
+          ),
           models: {
             type: 'array',
             minItems: 1,
@@ -259,9 +272,16 @@ export const configSchema = {
                   maxLength: 256,
                   description: 'The model name the upstream knows it by; default: the same as id.',
                 },
-                capability: { enum: ['chat'], description: 'What the model does: chat.' },
+                capability: {
+                  enum: ['chat', 'embeddings', 'transcription'],
+                  description: 'What the model does: chat, embeddings or transcription.',
+                },
                 contextTokens: positiveInt('Context the upstream serves the model with, in tokens (bounds token reservations).'),
                 ownedBy: { type: 'string', minLength: 1, maxLength: 128, description: "The model list's owned_by." },
+                shortenable: {
+                  type: 'boolean',
+                  description: "Embeddings only: the model's vectors may be cut to fewer 'dimensions' (a Matryoshka-trained model).",
+                },
               },
             },
           },

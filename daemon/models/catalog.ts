@@ -96,6 +96,17 @@ export class ModelCatalog {
         { param: 'model' },
       );
     }
+    // An upstream's model comes back when its upstream does: a pause, not a withdrawal.
+    if (model.upstream && model.readiness !== 'ready') {
+      throw new ApiError(
+        'model_not_ready',
+        `The server behind '${id}' is not serving it right now. Retry after the number of seconds in Retry-After.`,
+        {
+          param: 'model',
+          headers: { 'retry-after': '5' },
+        },
+      );
+    }
     if (model.readiness === 'failed') {
       throw new ApiError('model_not_found', `The model '${id}' failed to load and was withdrawn; GET /v1/models lists what is served.`, {
         param: 'model',

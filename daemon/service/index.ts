@@ -106,7 +106,7 @@ export async function startDaemon(
   let audit: AuditService | undefined;
   let upstreams: UpstreamsRuntime | undefined;
   try {
-    // Listed from the first call on; their pools connect on first use, through the egress guard.
+    // Their models are listed once their first health check answers; every connection goes through the egress guard.
     upstreams = startUpstreams({ config, manifest, catalog, engines, log: app.log });
     // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
     // ever answered without the audit log.

@@ -1,15 +1,29 @@
-// Upstream boot: one connection pool per configured upstream, and each of its models listed and routed to it. A
-// model id may name either a manifest model or an upstream one, never both: the start is refused otherwise.
+// Upstream boot: one connection pool and one health monitor per configured upstream, and each of its models routed to
+// the engine for its capability. A model is listed by /v1/models only while its upstream's last health check answered
+// and named it (an embeddings model also once its vector width is known); until then, or when the upstream stops
+// answering or stops naming it, calls to it get 503 model_not_ready and health says why. A model id may name either a
+// manifest model or an upstream one, never both: the start is refused otherwise.
 import { readFileSync } from 'node:fs';
 import type { FastifyBaseLogger } from 'fastify';
-import type { Config } from '../config/index.js';
+import type { Config, UpstreamConfig } from '../config/index.js';
 import type { EngineRegistry } from '../engines/index.js';
-import { UpstreamChatEngine, UpstreamClient, type UpstreamRoute } from '../engines/upstream/index.js';
+import {
+  UpstreamChatEngine,
+  UpstreamClient,
+  UpstreamEmbeddingEngine,
+  UpstreamMonitor,
+  UpstreamTranscriptionEngine,
+  type UpstreamEmbeddingRoute,
+  type UpstreamRoute,
+  type UpstreamStatus,
+} from '../engines/upstream/index.js';
 import type { Manifest, ModelCatalog } from '../models/index.js';
 
-export const UPSTREAM_DEFAULTS = { connections: 64, timeoutMs: 120_000 } as const;
+export const UPSTREAM_DEFAULTS = { connections: 64, timeoutMs: 120_000, retries: 2, healthIntervalMs: 5000 } as const;
 
 export interface UpstreamsRuntime {
+  /** Resolves once every upstream has had its first health check. */
+  checked: Promise<void>;
   close(): Promise<void>;
 }
 
@@ -42,38 +56,114 @@ export function startUpstreams(options: {
       }
     }
   }
-  const clients = config.upstreams.map(
-    (upstream, i) =>
-      new UpstreamClient({
-        name: upstream.name,
-        baseUrl: upstream.baseUrl,
-        ...(upstream.apiKeyFile ? { apiKey: readKey(upstream.apiKeyFile, i) } : {}),
-        connections: upstream.connections ?? UPSTREAM_DEFAULTS.connections,
-        timeoutMs: upstream.timeoutMs ?? UPSTREAM_DEFAULTS.timeoutMs,
-      }),
-  );
-  const routes = new Map<string, UpstreamRoute>();
-  const engine = new UpstreamChatEngine(routes, log);
+  const chatRoutes = new Map<string, UpstreamRoute>();
+  const embeddingRoutes = new Map<string, UpstreamEmbeddingRoute>();
+  const transcriptionRoutes = new Map<string, UpstreamRoute>();
+  const chat = new UpstreamChatEngine(chatRoutes, log);
+  const embeddings = new UpstreamEmbeddingEngine(embeddingRoutes, log);
+  const transcription = new UpstreamTranscriptionEngine(transcriptionRoutes, log);
   const created = Math.floor(Date.now() / 1000);
+  const clients: UpstreamClient[] = [];
+  const monitors: UpstreamMonitor[] = [];
+  const closing = new AbortController();
+
   config.upstreams.forEach((upstream, i) => {
+    const client = new UpstreamClient({
+      name: upstream.name,
+      baseUrl: upstream.baseUrl,
+      ...(upstream.apiKeyFile ? { apiKey: readKey(upstream.apiKeyFile, i) } : {}),
+      connections: upstream.connections ?? UPSTREAM_DEFAULTS.connections,
+      timeoutMs: upstream.timeoutMs ?? UPSTREAM_DEFAULTS.timeoutMs,
+      retries: upstream.retries ?? UPSTREAM_DEFAULTS.retries,
+    });
+    clients.push(client);
     for (const model of upstream.models) {
-      routes.set(model.id, { client: clients[i]!, upstreamModel: model.upstreamModel ?? model.id });
-      engines.setChat(model.id, engine);
+      const route = { client, upstreamModel: model.upstreamModel ?? model.id };
+      if (model.capability === 'chat') {
+        chatRoutes.set(model.id, route);
+        engines.setChat(model.id, chat);
+      } else if (model.capability === 'embeddings') {
+        embeddingRoutes.set(model.id, { ...route, shortenable: model.shortenable ?? false });
+        engines.setEmbeddings(model.id, embeddings);
+      } else {
+        transcriptionRoutes.set(model.id, route);
+        engines.setTranscription(model.id, transcription);
+      }
       catalog.set({
         id: model.id,
         capability: model.capability,
         ownedBy: model.ownedBy ?? upstream.name,
         created,
-        readiness: 'ready',
+        readiness: 'loading',
+        detail: `waiting for the first health check of upstream '${upstream.name}'`,
         upstream: upstream.name,
         ...(model.contextTokens ? { contextTokens: model.contextTokens } : {}),
       });
     }
+    const learning = new Set<string>();
+    const follow = (status: UpstreamStatus) =>
+      followStatus(upstream, status, { catalog, embeddings, learning, signal: closing.signal, log });
+    const monitor = new UpstreamMonitor(
+      client,
+      upstream.healthIntervalMs ?? UPSTREAM_DEFAULTS.healthIntervalMs,
+      client.timeoutMs,
+      follow,
+      log,
+    );
+    client.onUnreachable = () => monitor.checkSoon();
+    monitors.push(monitor);
     log.info({ upstream: upstream.name, models: upstream.models.length }, 'upstream routed');
   });
+  const checked = Promise.all(monitors.map((m) => m.start())).then(() => {});
   return {
+    checked,
     async close() {
+      closing.abort();
+      for (const monitor of monitors) monitor.stop();
       await Promise.all(clients.map((c) => c.close()));
     },
   };
+}
+
+/** Lists or withdraws the upstream's models after a health check. */
+function followStatus(
+  upstream: UpstreamConfig,
+  status: UpstreamStatus,
+  context: {
+    catalog: ModelCatalog;
+    embeddings: UpstreamEmbeddingEngine;
+    learning: Set<string>;
+    signal: AbortSignal;
+    log: FastifyBaseLogger;
+  },
+): void {
+  const { catalog, embeddings, learning } = context;
+  for (const model of upstream.models) {
+    const name = model.upstreamModel ?? model.id;
+    if (!status.answering) {
+      catalog.update(model.id, { readiness: 'failed', detail: `upstream '${upstream.name}': ${status.problem}` });
+    } else if (!status.served.has(name)) {
+      catalog.update(model.id, { readiness: 'failed', detail: `upstream '${upstream.name}' does not list '${name}' now` });
+    } else if (model.capability === 'embeddings' && !embeddings.knows(model.id)) {
+      catalog.update(model.id, { readiness: 'loading', detail: 'learning the width of its vectors from the upstream' });
+      if (learning.has(model.id)) continue;
+      learning.add(model.id);
+      embeddings
+        .learn(model.id, AbortSignal.any([context.signal, AbortSignal.timeout(30_000)]))
+        .then(
+          () => catalog.update(model.id, { readiness: 'ready' }),
+          (err: Error) => {
+            if (context.signal.aborted) return;
+            context.log.warn(
+              { upstream: upstream.name, model: model.id, err: err.message },
+              'could not learn the width of an upstream embeddings model',
+            );
+            catalog.update(model.id, { readiness: 'failed', detail: `upstream '${upstream.name}' did not answer a test embedding` });
+          },
+        )
+        .finally(() => learning.delete(model.id));
+    } else {
+      catalog.update(model.id, { readiness: 'ready' });
+    }
+  }
 }

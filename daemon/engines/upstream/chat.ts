@@ -7,6 +7,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
+import { callUpstream, type FailedCall } from './errors.js';
 import { SseReader } from './sse.js';
 
 export interface UpstreamRoute {
@@ -107,30 +108,6 @@ function usageOf(reported: Completion['usage'], request: ChatRequest, pieces: nu
   return estimatedUsage(request, pieces);
 }
 
-function retryAfterOf(response: UpstreamResponse): string {
-  const value = response.headers['retry-after'];
-  const seconds = Number(Array.isArray(value) ? value[0] : value);
-  return Number.isFinite(seconds) && seconds >= 1 && seconds <= 3600 ? String(Math.ceil(seconds)) : '2';
-}
-
-/** URLs and IP addresses (with a port): where the upstream lives is not the client's business. */
-const ADDRESSES =
-  /\b[a-z][a-z0-9+.-]*:\/\/\S+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?|(?<![\w:])[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:])/gi;
-
-/**
- * The upstream's own message for a refused request, if it has OpenAI's shape: its model name replaced by ours, and
- * any address it names removed.
- */
-function upstreamMessage(text: string, route: UpstreamRoute, modelId: string): string | null {
-  try {
-    const message = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
-    if (typeof message !== 'string' || !message) return null;
-    return message.split(route.upstreamModel).join(modelId).replace(ADDRESSES, '[address]').slice(0, 500);
-  } catch {
-    return null;
-  }
-}
-
 export class UpstreamChatEngine implements ChatEngine {
   /** Calls in flight per model, for health (an upstream queues on its own side, so nothing waits here). */
   private readonly busy = new Map<string, number>();
@@ -145,29 +122,27 @@ export class UpstreamChatEngine implements ChatEngine {
     if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
     const stream = options.stream === true;
     const body = JSON.stringify(upstreamChatBody(route.upstreamModel, request, stream));
+    const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
     let pieces = 0;
     let usage: Usage | null = null;
     this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
     try {
-      let response: UpstreamResponse;
-      try {
-        response = await route.client.post('/chat/completions', body, options.signal);
-      } catch (err) {
-        throw this.unreachable(err, route, modelId, options.signal);
-      }
-      if (response.statusCode !== 200) throw await this.refused(response, route, modelId);
-      options.onStart?.();
-      const type = String(response.headers['content-type'] ?? '');
-      const result = type.startsWith('text/event-stream')
-        ? await this.readStream(response, route, modelId, request, options, (n) => (pieces = n))
-        : this.fromCompletion((await response.body.json()) as Completion, request);
-      // An upstream that answered a stream request in one piece: its text is still handed on as it is.
-      if (stream && !type.startsWith('text/event-stream') && result.content) options.onText(result.content);
+      const result = await callUpstream(
+        call,
+        options.signal,
+        () => route.client.post('/chat/completions', body, options.signal),
+        async (response) => {
+          options.onStart?.();
+          const type = String(response.headers['content-type'] ?? '');
+          if (type.startsWith('text/event-stream')) return this.readStream(response, call, request, options, (n) => (pieces = n));
+          const whole = this.fromCompletion((await response.body.json()) as Completion, request);
+          // An upstream that answered a stream request in one piece: its text is still handed on as it is.
+          if (stream && whole.content) options.onText(whole.content);
+          return whole;
+        },
+      );
       usage = result.usage;
       return result;
-    } catch (err) {
-      if (options.signal.aborted) throw options.signal.reason instanceof Error ? options.signal.reason : new Error('aborted');
-      throw err instanceof ApiError ? err : this.broken(err, route, modelId);
     } finally {
       this.busy.set(modelId, this.busy.get(modelId)! - 1);
       options.onUsage?.(usage ?? estimatedUsage(request, pieces));
@@ -198,8 +173,7 @@ export class UpstreamChatEngine implements ChatEngine {
 
   private async readStream(
     response: UpstreamResponse,
-    route: UpstreamRoute,
-    modelId: string,
+    call: FailedCall,
     request: ChatRequest,
     options: ChatCallOptions,
     counted: (pieces: number) => void,
@@ -218,7 +192,7 @@ export class UpstreamChatEngine implements ChatEngine {
       }
       const event = JSON.parse(data) as Completion;
       if (event.error) {
-        this.log.warn({ upstream: route.client.name, model: modelId }, 'the upstream sent an error in the middle of a stream');
+        call.log.warn({ upstream: call.client.name, model: call.modelId }, 'the upstream sent an error in the middle of a stream');
         throw new ApiError('internal_error', 'The upstream failed in the middle of the answer. Retry the request.');
       }
       if (event.usage) reported = event.usage;
@@ -249,62 +223,5 @@ export class UpstreamChatEngine implements ChatEngine {
       .filter((c) => c !== undefined)
       .map((c, i) => ({ id: c.id ?? `call_${i}`, name: c.function!.name ?? '', arguments: c.function!.arguments ?? '' }));
     return { content, toolCalls, finishReason: finishReasonOf(finish, toolCalls.length), usage: usageOf(reported, request, pieces) };
-  }
-
-  /** No response at all: refused connection, timeout, or the egress guard. */
-  private unreachable(err: unknown, route: UpstreamRoute, modelId: string, signal: AbortSignal): Error {
-    if (signal.aborted) return err as Error;
-    const code = (err as { code?: string }).code ?? (err as Error).name;
-    this.log.warn({ upstream: route.client.name, model: modelId, code }, 'the upstream did not answer');
-    if (code === 'UND_ERR_HEADERS_TIMEOUT') {
-      return new ApiError('server_overloaded', `The server behind '${modelId}' did not start answering in time. Retry shortly.`, {
-        headers: { 'retry-after': '5' },
-      });
-    }
-    return new ApiError('model_not_ready', `The server behind '${modelId}' is not answering. Retry shortly.`, {
-      headers: { 'retry-after': '5' },
-    });
-  }
-
-  /** A response other than 200: mapped to our error shape; the upstream's details go to the log only. */
-  private async refused(response: UpstreamResponse, route: UpstreamRoute, modelId: string): Promise<ApiError> {
-    const status = response.statusCode;
-    let text = '';
-    try {
-      text = await response.body.text();
-    } catch {
-      // The status alone decides.
-    }
-    this.log.warn({ upstream: route.client.name, model: modelId, status }, 'the upstream refused a call');
-    if (status === 400 || status === 422) {
-      const message = upstreamMessage(text, route, modelId);
-      return new ApiError(
-        'invalid_request_error',
-        `The server behind '${modelId}' refused the request as invalid${message ? `: ${message}` : '.'} Change the request and retry.`,
-      );
-    }
-    if (status === 429 || status === 503) {
-      return new ApiError(
-        'server_overloaded',
-        `The server behind '${modelId}' is at capacity. Retry after the number of seconds in Retry-After.`,
-        {
-          headers: { 'retry-after': retryAfterOf(response) },
-        },
-      );
-    }
-    if (status === 401 || status === 403 || status === 404) {
-      return new ApiError(
-        'model_not_ready',
-        `The server behind '${modelId}' does not serve it to this daemon now (the operator should check the upstream's configuration). Retry later.`,
-        { headers: { 'retry-after': '30' } },
-      );
-    }
-    return new ApiError('internal_error', `The server behind '${modelId}' failed (status ${status}). Retry the request.`);
-  }
-
-  /** The response started but could not be read to its end. */
-  private broken(err: unknown, route: UpstreamRoute, modelId: string): ApiError {
-    this.log.warn({ upstream: route.client.name, model: modelId, err: (err as Error).message }, 'the upstream answer broke off');
-    return new ApiError('internal_error', `The server behind '${modelId}' broke off its answer. Retry the request.`);
   }
 }

@@ -1,7 +1,13 @@
 // One OpenAI-compatible server, reached through a pool of keep-alive connections (undici). The client sends only
 // what the daemon itself decided to send: never a caller's headers, never our keys; the upstream's own key (if it
 // needs one) comes from a file the operator provides.
-import { Pool, type Dispatcher } from 'undici';
+//
+// A call that fails before the upstream has sent a byte of its answer (no connection, a connection reset before the
+// response, or a 502/503/504 that says the request was not taken) is sent again, up to `retries` times, after a short
+// jittered pause: every call made to an upstream (chat, embeddings, transcription, images) changes nothing on it, so
+// a second try cannot do twice what the first did. Once a response has started, nothing is retried.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Pool, type Dispatcher, type FormData } from 'undici';
 
 export interface UpstreamTarget {
   name: string;
@@ -11,20 +17,61 @@ export interface UpstreamTarget {
   connections: number;
   /** Time for the upstream to send its response headers, and the longest gap between pieces of its body. */
   timeoutMs: number;
+  /** Further tries after a failure before the first byte (see above). */
+  retries: number;
 }
 
 export type UpstreamResponse = Dispatcher.ResponseData;
+
+/** Errors that mean no byte of a response arrived, so a second try is safe. */
+const BEFORE_RESPONSE = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+]);
+
+/** Statuses by which a server or the proxy in front of it says it did not take the request. */
+const NOT_TAKEN = new Set([502, 503, 504]);
+
+/** A Retry-After longer than this is not waited out here: the client hears it instead. */
+const LONGEST_WAIT_MS = 2000;
+
+function retryAfterMs(response: UpstreamResponse): number {
+  const value = response.headers['retry-after'];
+  const seconds = Number(Array.isArray(value) ? value[0] : value);
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 0;
+}
+
+/** The pause before try `attempt` (1, 2…): 50 ms doubling, with jitter so calls that failed together spread out. */
+function backoffMs(attempt: number): number {
+  const base = 50 * 2 ** (attempt - 1);
+  return base / 2 + Math.random() * base;
+}
 
 export class UpstreamClient {
   readonly name: string;
   private readonly pool: Pool;
   /** The base URL's path without its trailing slash, e.g. '/v1'. */
   private readonly basePath: string;
-  private readonly headers: Record<string, string>;
+  private readonly jsonHeaders: Record<string, string>;
+  private readonly plainHeaders: Record<string, string>;
+  private readonly retries: number;
+  readonly timeoutMs: number;
+  /** Tries sent again since start. */
+  retried = 0;
+  /** Told when a call got no answer even after its retries (the health monitor checks again at once). */
+  onUnreachable: () => void = () => {};
 
   constructor(target: UpstreamTarget) {
     const url = new URL(target.baseUrl);
     this.name = target.name;
+    this.retries = target.retries;
+    this.timeoutMs = target.timeoutMs;
     this.basePath = url.pathname.replace(/\/+$/, '');
     this.pool = new Pool(url.origin, {
       connections: target.connections,
@@ -34,16 +81,65 @@ export class UpstreamClient {
       connectTimeout: Math.min(target.timeoutMs, 10_000),
       keepAliveTimeout: 30_000,
     });
-    this.headers = {
-      'content-type': 'application/json',
+    this.plainHeaders = {
       accept: 'application/json, text/event-stream',
       ...(target.apiKey ? { authorization: `Bearer ${target.apiKey}` } : {}),
     };
+    this.jsonHeaders = { 'content-type': 'application/json', ...this.plainHeaders };
   }
 
   /** POSTs a JSON body to `path` under the base URL. Rejects only when no response arrived (any status resolves). */
   post(path: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.pool.request({ method: 'POST', path: this.basePath + path, headers: this.headers, body, signal });
+    return this.send({ method: 'POST', path: this.basePath + path, headers: this.jsonHeaders, body, signal });
+  }
+
+  /** POSTs a multipart form (made fresh for each try: a form's body can be read once). */
+  postForm(path: string, form: () => FormData, signal: AbortSignal): Promise<UpstreamResponse> {
+    return this.send({ method: 'POST', path: this.basePath + path, headers: this.plainHeaders, body: form, signal });
+  }
+
+  /** GETs `path` under the base URL, once (health checks have their own schedule). */
+  get(path: string, signal: AbortSignal): Promise<UpstreamResponse> {
+    return this.pool.request({ method: 'GET', path: this.basePath + path, headers: this.plainHeaders, signal });
+  }
+
+  private async send(request: {
+    method: 'POST';
+    path: string;
+    headers: Record<string, string>;
+    body: string | (() => FormData);
+    signal: AbortSignal;
+  }): Promise<UpstreamResponse> {
+    for (let attempt = 0; ; attempt++) {
+      const body = typeof request.body === 'function' ? request.body() : request.body;
+      let response: UpstreamResponse;
+      try {
+        response = await this.pool.request({ ...request, body });
+      } catch (err) {
+        const code = (err as { code?: string }).code ?? '';
+        if (request.signal.aborted) throw err;
+        if (attempt >= this.retries || !BEFORE_RESPONSE.has(code)) {
+          this.onUnreachable();
+          throw err;
+        }
+        await this.pause(backoffMs(attempt + 1), request.signal, err);
+        continue;
+      }
+      const wait = retryAfterMs(response);
+      if (!NOT_TAKEN.has(response.statusCode) || attempt >= this.retries || wait > LONGEST_WAIT_MS) return response;
+      // The refusal's body is not needed: the next try, or the last refusal, speaks for it.
+      await response.body.dump().catch(() => {});
+      await this.pause(Math.max(wait, backoffMs(attempt + 1)), request.signal, null);
+    }
+  }
+
+  private async pause(ms: number, signal: AbortSignal, failure: unknown): Promise<void> {
+    this.retried++;
+    try {
+      await sleep(ms, undefined, { signal });
+    } catch {
+      throw failure ?? signal.reason;
+    }
   }
 
   close(): Promise<void> {

@@ -1,0 +1,105 @@
+// Embeddings through an OpenAI-compatible upstream: the scrubbed inputs under the upstream's model name, the vectors
+// back as base64 float32 (as OpenAI's SDK asks for them; a plain number array is accepted too). The width of a model's
+// vectors is learned once from a one-word call when its upstream first lists it, so `dimensions` is checked before
+// a call leaves.
+import type { FastifyBaseLogger } from 'fastify';
+import { ApiError } from '../../errors/index.js';
+import type { EmbeddingEngine, EmbeddingResult, QueueState } from '../index.js';
+import type { UpstreamClient } from './client.js';
+import { callUpstream, type FailedCall } from './errors.js';
+
+export interface UpstreamEmbeddingRoute {
+  client: UpstreamClient;
+  upstreamModel: string;
+  /** Whether a vector may be cut to fewer dimensions (a Matryoshka-trained model); config `shortenable`. */
+  shortenable: boolean;
+}
+
+interface EmbeddingList {
+  data?: Array<{ index?: number; embedding?: string | number[] }>;
+  usage?: { prompt_tokens?: number };
+}
+
+function vectorOf(embedding: string | number[] | undefined): Float32Array {
+  if (typeof embedding === 'string') {
+    const bytes = Buffer.from(embedding, 'base64');
+    if (bytes.length % 4 !== 0) throw new Error('a base64 embedding is not a whole number of float32 values');
+    // Copied out: the decoded buffer may sit at an offset a Float32Array cannot start at.
+    return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+  }
+  if (Array.isArray(embedding) && embedding.every((v) => typeof v === 'number')) return Float32Array.from(embedding);
+  throw new Error('an embedding is neither base64 nor a list of numbers');
+}
+
+export class UpstreamEmbeddingEngine implements EmbeddingEngine {
+  private readonly busy = new Map<string, number>();
+  private readonly sizes = new Map<string, number>();
+
+  constructor(
+    private readonly routes: ReadonlyMap<string, UpstreamEmbeddingRoute>,
+    private readonly log: FastifyBaseLogger,
+  ) {}
+
+  /** Whether the model's width is known (it is served only then). */
+  knows(modelId: string): boolean {
+    return this.sizes.has(modelId);
+  }
+
+  /** Learns the model's width from a one-word call. */
+  async learn(modelId: string, signal: AbortSignal): Promise<void> {
+    const result = await this.embed(modelId, ['.'], signal);
+    this.sizes.set(modelId, result.vectors[0]!.length);
+  }
+
+  dimensions(modelId: string): { size: number; shortenable: boolean } {
+    const size = this.sizes.get(modelId);
+    if (size === undefined) {
+      throw new ApiError('model_not_ready', `'${modelId}' is not ready yet. Retry shortly.`, { headers: { 'retry-after': '5' } });
+    }
+    return { size, shortenable: this.routes.get(modelId)?.shortenable ?? false };
+  }
+
+  async embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult> {
+    const route = this.routes.get(modelId);
+    if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+    const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
+    const body = JSON.stringify({ model: route.upstreamModel, input: inputs, encoding_format: 'base64' });
+    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
+    try {
+      return await callUpstream(
+        call,
+        signal,
+        () => route.client.post('/embeddings', body, signal),
+        async (response) => {
+          const list = (await response.body.json()) as EmbeddingList;
+          if (!Array.isArray(list.data) || list.data.length !== inputs.length) {
+            throw new Error(`the upstream returned ${list.data?.length ?? 'no'} embeddings for ${inputs.length} inputs`);
+          }
+          const vectors = new Array<Float32Array>(inputs.length);
+          list.data.forEach((item, i) => {
+            const at = typeof item.index === 'number' ? item.index : i;
+            if (at < 0 || at >= inputs.length || vectors[at]) throw new Error('the upstream’s embeddings have bad indexes');
+            vectors[at] = vectorOf(item.embedding);
+          });
+          const width = vectors[0]!.length;
+          if (!width || vectors.some((v) => v.length !== width)) throw new Error('the upstream’s embeddings differ in width');
+          const known = this.sizes.get(modelId);
+          if (known !== undefined && known !== width) throw new Error(`the upstream’s embeddings changed width from ${known} to ${width}`);
+          const reported = list.usage?.prompt_tokens;
+          // Without a count from the upstream, bytes bound tokens from above (as for chat).
+          const promptTokens =
+            typeof reported === 'number' && reported >= 0
+              ? reported
+              : inputs.reduce((n, input) => n + (typeof input === 'string' ? Buffer.byteLength(input) : input.length), 0);
+          return { vectors, promptTokens };
+        },
+      );
+    } finally {
+      this.busy.set(modelId, this.busy.get(modelId)! - 1);
+    }
+  }
+
+  queueState(modelId: string): QueueState | undefined {
+    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+  }
+}
