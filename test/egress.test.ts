@@ -4,6 +4,7 @@
 // --net, as root), so that nothing could leave this machine even if the guard failed, and they aim at documentation
 // addresses (RFC 5737) and reserved names.
 import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { cli, createKey, ROOT, startDaemon, tempDir } from './helpers/daemon.js';
@@ -37,6 +38,34 @@ function probeInNamespace(env: NodeJS.ProcessEnv): ProbeOutput {
 }
 
 const canUnshare = spawnSync('unshare', ['--net', 'true']).status === 0;
+
+/**
+ * Runs the internal-upstream fixture in a fresh network namespace whose loopback interface also holds two
+ * internal-network addresses (10.77.0.5 for the rack, 10.77.0.6 for a server no upstream names).
+ */
+function internalUpstreamInNamespace(env: NodeJS.ProcessEnv): any {
+  const setup = 'ip link set lo up && ip addr add 10.77.0.5/32 dev lo && ip addr add 10.77.0.6/32 dev lo';
+  const r = spawnSync(
+    'unshare',
+    [
+      '--net',
+      '--',
+      'sh',
+      '-c',
+      `${setup} && exec "$0" --import "$1" "$2"`,
+      process.execPath,
+      LOADER,
+      join(ROOT, 'test', 'fixtures', 'internal-upstream.ts'),
+    ],
+    {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, TS_NODE_TRANSPILE_ONLY: '1', SOVEREIGN_AUDIT_SIGNER: 'software', ...env },
+      timeout: 120_000,
+    },
+  );
+  if (r.status !== 0) throw new Error(`the fixture failed (${r.status}): ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!);
+}
 
 t.test(
   'device: every outbound path is refused and counted; loopback and the daemon’s own tools are not',
@@ -105,4 +134,70 @@ t.test('appliance has the egress object; cloud has none', { skip: !canUnshare &&
   t.equal(health.posture, 'cloud');
   t.notOk('egress' in health, 'no egress object on cloud');
   await cloud.stop();
+});
+
+t.test(
+  'appliance: an upstream at an internal-network address is reached through the guard; any other internal address is not',
+  { skip: !canUnshare && 'needs root for unshare --net' },
+  async (t) => {
+    const dataDir = tempDir(t);
+    const key = createKey(dataDir);
+    const tls = selfSignedCert(dataDir);
+    const config = join(dataDir, 'config.json');
+    writeFileSync(
+      config,
+      JSON.stringify({
+        posture: 'appliance',
+        listen: { host: '127.0.0.1', port: 18443 },
+        tls: { cert: tls.cert, key: tls.key },
+        dataDir,
+        upstreams: [
+          {
+            name: 'rack',
+            baseUrl: 'http://10.77.0.5:18080/v1',
+            healthIntervalMs: 200,
+            models: [{ id: 'rack-chat', upstreamModel: 'rack-model', capability: 'chat' }],
+          },
+        ],
+      }),
+    );
+    const out = internalUpstreamInNamespace({
+      SOVEREIGN_CONFIG: config,
+      NODE_EXTRA_CA_CERTS: join(dataDir, 'cert.pem'),
+      PROBE_KEY: key.secret,
+    });
+    t.ok(out.listed.includes('rack-chat'), 'the rack’s model is listed: its health check went through the guard');
+    t.equal(out.status, 200);
+    t.equal(out.answer, 'from the rack', 'a chat call reached the rack');
+    t.equal(out.other, 'EGRESS_REFUSED', 'another internal address, not an upstream, is refused');
+    t.equal(out.health.egress.refused_since_boot, 1, 'and counted');
+    t.same(out.health.egress.by_destination, { private: 1 });
+  },
+);
+
+t.test('config: sealed postures take upstreams on loopback or internal-network addresses, never public ones or names', async (t) => {
+  const dir = tempDir(t);
+  const tls = selfSignedCert(dir);
+  const check = (baseUrl: string, posture: 'device' | 'appliance') => {
+    const file = join(dir, `check-${posture}-${Math.random().toString(36).slice(2)}.json`);
+    writeFileSync(
+      file,
+      JSON.stringify({
+        posture,
+        ...(posture === 'appliance' ? { listen: { host: '127.0.0.1' }, tls: { cert: tls.cert, key: tls.key } } : {}),
+        upstreams: [{ name: 'a', baseUrl, models: [{ id: 'm', capability: 'chat' }] }],
+      }),
+    );
+    return cli(['config', 'check', '--config', file]);
+  };
+  for (const posture of ['device', 'appliance'] as const) {
+    for (const ok of ['http://10.0.0.5:8000/v1', 'http://192.168.1.20:8000/v1', 'http://172.20.0.2/v1', 'http://[fd00::5]:8000/v1']) {
+      t.equal(check(ok, posture).code, 0, `${posture}: ${ok}`);
+    }
+    for (const refused of ['http://8.8.8.8/v1', 'http://rack.internal:8000/v1', 'http://169.254.169.254/v1']) {
+      const r = check(refused, posture);
+      t.equal(r.code, 1, `${posture}: ${refused} refused`);
+      t.match(r.stdout + r.stderr, /the \w+ posture is sealed: an upstream must be on loopback .* or at an internal-network IP address/);
+    }
+  }
 });

@@ -489,9 +489,9 @@ t.test('config: sealed postures accept loopback upstreams only; names and ids mu
   const model = [{ id: 'm', capability: 'chat' }];
   t.equal(check([{ name: 'a', baseUrl: 'http://127.0.0.1:9000/v1', models: model }]).code, 0, 'loopback on device');
   t.equal(check([{ name: 'a', baseUrl: 'http://[::1]:9000/v1', models: model }]).code, 0, 'IPv6 loopback on device');
-  const sealed = check([{ name: 'a', baseUrl: 'http://10.0.0.5:8000/v1', models: model }], 'device');
+  const sealed = check([{ name: 'a', baseUrl: 'http://203.0.113.5:8000/v1', models: model }], 'device');
   t.equal(sealed.code, 1);
-  t.match(sealed.stderr + sealed.stdout, /points at '10\.0\.0\.5', but the device posture is sealed/);
+  t.match(sealed.stderr + sealed.stdout, /points at '203\.0\.113\.5', but the device posture is sealed/);
   t.equal(check([{ name: 'a', baseUrl: 'http://10.0.0.5:8000/v1', models: model }], 'cloud').code, 0, 'any address on cloud');
   const duplicate = check([
     { name: 'a', baseUrl: 'http://127.0.0.1:1/v1', models: model },

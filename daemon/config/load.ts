@@ -3,6 +3,7 @@ import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
+import { addressKind } from '../egress/guard.js';
 import { configSchema, POSTURES, type Config, type Posture } from './schema.js';
 
 /** Everything wrong with a configuration, each line naming the key it is about. */
@@ -212,10 +213,11 @@ function upstreamRules(config: Config): string[] {
       problems.push(`'${key}.baseUrl' holds credentials: put the key in a file named by '${key}.apiKeyFile' instead`);
     }
     if (url && (url.search || url.hash)) problems.push(`'${key}.baseUrl' must not have a query or a fragment`);
-    // The sealed postures' egress guard refuses every address but loopback; an upstream elsewhere could never answer.
-    if (url && isSealed(config.posture) && !LOOPBACK_URL_HOST.test(url.hostname)) {
+    // On the sealed postures the egress guard lets through loopback and the internal-network addresses listed here, as
+    // IP addresses: a name would need a DNS lookup, which is itself egress.
+    if (url && isSealed(config.posture) && !LOOPBACK_URL_HOST.test(url.hostname) && addressKind(url.hostname) !== 'private') {
       problems.push(
-        `'${key}.baseUrl' points at '${url.hostname}', but the ${config.posture} posture is sealed: an upstream must be on loopback (127.0.0.1, ::1, localhost)`,
+        `'${key}.baseUrl' points at '${url.hostname}', but the ${config.posture} posture is sealed: an upstream must be on loopback (127.0.0.1, ::1, localhost) or at an internal-network IP address (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), written as an address, not a name`,
       );
     }
     upstream.models.forEach((model, m) => {

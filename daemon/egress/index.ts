@@ -6,7 +6,7 @@ import { basename } from 'node:path';
 import { isSealed, type Config } from '../config/index.js';
 import type { Store } from '../store/index.js';
 import { EgressCounter } from './counter.js';
-import { installEgressGuard, type RefusedAttempt } from './guard.js';
+import { addressKind, installEgressGuard, type RefusedAttempt } from './guard.js';
 import { readKernelAccounting, systemdUnit, type KernelAccounting } from './kernel.js';
 
 export { addressKind, EgressRefusedError, type RefusedAttempt } from './guard.js';
@@ -24,7 +24,21 @@ export interface EgressHealth {
 }
 
 interface EgressLog {
+  info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
+}
+
+/**
+ * The internal-network addresses of the configured upstreams: on the sealed postures the guard lets these through
+ * (config validation accepts no other address but loopback there).
+ */
+export function upstreamAddresses(config: Config): string[] {
+  const addresses = new Set<string>();
+  for (const upstream of config.upstreams) {
+    const host = new URL(upstream.baseUrl).hostname.replace(/^\[|\]$/g, '');
+    if (addressKind(host) === 'private') addresses.add(host);
+  }
+  return [...addresses];
 }
 
 /** How often the kernel's counters are read again. */
@@ -77,6 +91,9 @@ export class EgressService {
     if (!this.counter) return;
     const counter = this.counter;
     const inside = this.config.posture === 'appliance' && this.config.listen.host ? [this.config.listen.host] : [];
+    const upstreams = upstreamAddresses(this.config);
+    inside.push(...upstreams);
+    if (upstreams.length) this.log.info({ addresses: upstreams }, 'the egress guard lets through the upstreams on the internal network');
     this.uninstall = installEgressGuard({
       insideAddresses: inside,
       programAllowed: programAllowed(this.config),
