@@ -3,7 +3,9 @@
 // and revoke it from the page and watch the client fail, chat in Arabic with a national ID in the message and see
 // it redacted, switch languages (the page turns right to left), and see the frontier banner on a frontier daemon.
 // Screenshots of each main screen in both languages go to test-artifacts/screenshots/.
+import http from 'node:http';
 import { readFileSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
@@ -295,7 +297,15 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   await context.close();
 });
 
-t.test('a frontier daemon shows its banner on every screen', async (t) => {
+t.test('a frontier daemon shows its banner on every screen, and labels the provider’s models', async (t) => {
+  // A stand-in for the frontier provider: it lists one model (the daemon's health check asks it).
+  const provider = http.createServer((req, res) => {
+    req.resume();
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ object: 'list', data: [{ id: 'gpt-x' }] }));
+  });
+  await new Promise<void>((resolve) => provider.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => provider.close());
   const frontierConfig = join(dir, 'frontier.json');
   writeFileSync(
     frontierConfig,
@@ -306,6 +316,14 @@ t.test('a frontier daemon shows its banner on every screen', async (t) => {
       tls: { cert: tls.cert, key: tls.key },
       dataDir: join(dir, 'frontier-data'),
       modelsDir: join(dir, 'no-models'),
+      upstreams: [
+        {
+          name: 'openai',
+          baseUrl: `http://127.0.0.1:${(provider.address() as AddressInfo).port}/v1`,
+          frontier: true,
+          models: [{ id: 'gpt-frontier', upstreamModel: 'gpt-x', capability: 'chat' }],
+        },
+      ],
     }),
   );
   const frontier = await startDaemon(t, ['--config', frontierConfig]);
@@ -318,6 +336,24 @@ t.test('a frontier daemon shows its banner on every screen', async (t) => {
   await p.getByTestId('lang-switch').click();
   t.match((await banner.textContent())!, /يغادر النطاق السيادي/);
   await capture(t, p, 'frontier-ar');
+  await p.getByTestId('lang-switch').click();
+
+  // Signed up, the Models screen names the provider and says its calls leave the boundary.
+  await p.getByRole('link', { name: /Create one/ }).click();
+  await p.getByLabel('Email').fill('huda@ministry.example');
+  await p.getByLabel('Password').fill(PASSWORD);
+  await p.getByLabel('First project name').fill('research');
+  await p.getByRole('button', { name: 'Create account' }).click();
+  await p.getByRole('heading', { name: 'Projects and keys' }).waitFor();
+  await p.getByRole('link', { name: 'Models and health' }).click();
+  const where = p.getByTestId('where-gpt-frontier');
+  await where.waitFor();
+  t.equal(await where.textContent(), 'frontier provider openai: calls leave the sovereign boundary');
+  t.ok(await banner.isVisible(), 'the banner stays');
+  await capture(t, p, 'frontier-models-en');
+  await p.getByTestId('lang-switch').click();
+  t.match((await where.textContent())!, /الطلبات تخرج من النطاق السيادي/);
+  await capture(t, p, 'frontier-models-ar');
   // The accessibility check does find problems: an input without a label is one.
   await p.evaluate("document.body.append(Object.assign(document.createElement('input'), { type: 'text' }))");
   t.match(await accessibilityProblems(p), [/^label: /], 'an unlabelled field is reported');

@@ -29,6 +29,8 @@ export interface CallRecord {
   answerRedactions: RedactionCounts | null;
   requestSha256: string;
   responseSha256: string;
+  /** The frontier provider the call was sent to, if it was: the entry then says the call left the boundary. */
+  leftBoundary?: string | null;
 }
 
 export interface AuditHealth {
@@ -107,6 +109,8 @@ export class AuditService {
       answer_redactions: call.answerRedactions,
       request_sha256: call.requestSha256,
       response_sha256: call.responseSha256,
+      // Only on calls that left: every other entry keeps the shape it always had.
+      ...(call.leftBoundary ? { left_boundary: call.leftBoundary } : {}),
     });
   }
 

@@ -189,6 +189,10 @@ function postureRules(config: Config): string[] {
       `the device posture listens on loopback only; 'listen.host' is '${config.listen.host}' (use the appliance posture to serve a network)`,
     );
   }
+  // Frontier calls leave the sovereign boundary: what goes out and what comes back is always scrubbed there.
+  if (config.posture === 'frontier' && !config.scrub.output) {
+    problems.push(`'scrub.output' cannot be turned off on the frontier posture: answers from a frontier provider are always scrubbed`);
+  }
   return problems.concat(upstreamRules(config));
 }
 
@@ -218,6 +222,11 @@ function upstreamRules(config: Config): string[] {
     if (url && isSealed(config.posture) && !LOOPBACK_URL_HOST.test(url.hostname) && addressKind(url.hostname) !== 'private') {
       problems.push(
         `'${key}.baseUrl' points at '${url.hostname}', but the ${config.posture} posture is sealed: an upstream must be on loopback (127.0.0.1, ::1, localhost) or at an internal-network IP address (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), written as an address, not a name`,
+      );
+    }
+    if (upstream.frontier && config.posture !== 'frontier') {
+      problems.push(
+        `'${key}.frontier' is true, but a frontier provider may only be configured on the frontier posture (this one is ${config.posture})`,
       );
     }
     upstream.models.forEach((model, m) => {

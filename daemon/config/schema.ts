@@ -66,6 +66,7 @@ export interface UpstreamConfig {
   timeoutMs?: number;
   retries?: number;
   healthIntervalMs?: number;
+  frontier?: boolean;
   models: UpstreamModelConfig[];
 }
 
@@ -246,6 +247,11 @@ export const configSchema = {
             0,
             5,
           ),
+          frontier: {
+            type: 'boolean',
+            description:
+              'The upstream is a frontier provider outside the sovereign boundary (frontier posture only): its models are labelled non-sovereign and every call to it is marked in the audit log.',
+          },
           healthIntervalMs: positiveInt(
             "How often the upstream's GET /v1/models is checked, in ms; its models are listed only while it answers and names them.",
             200,

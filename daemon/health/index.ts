@@ -19,6 +19,8 @@ export interface HealthReport {
     capability: string;
     readiness: Readiness;
     upstream?: string;
+    /** false for a frontier provider's model: calls to it leave the sovereign boundary. */
+    sovereign?: boolean;
     detail?: string;
     busy?: number;
     waiting?: number;
@@ -47,6 +49,7 @@ export function healthReport(
     capability: m.capability,
     readiness: m.readiness,
     ...(m.upstream ? { upstream: m.upstream } : {}),
+    ...(m.frontier ? { sovereign: false } : {}),
     ...(m.detail ? { detail: m.detail } : {}),
     ...(engines.queueState(m.id) ?? {}),
   }));

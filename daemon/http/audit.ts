@@ -29,6 +29,7 @@ export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: 
     answerRedactions: request.call.outputRedactions,
     requestSha256: request.call.requestSha256 ?? sha256Hex(''),
     responseSha256,
+    leftBoundary: request.call.leftBoundary,
   });
 }
 

@@ -17,6 +17,8 @@ export interface CallContext {
   usedTokens: number | null;
   /** The engine's work for this call, once it started: usage is final only when it has settled. */
   engineWork: Promise<unknown> | null;
+  /** The frontier provider (upstream name) the call was sent to, if any: its audit entry says it left the boundary. */
+  leftBoundary: string | null;
   /** What the scrub stage replaced, by type (counts only: values never leave the stage). */
   redactions: RedactionCounts | null;
   /** The request's scrubbing session, so that a model's answer is scrubbed with the same placeholders. */
@@ -58,10 +60,26 @@ export function newCallContext(): CallContext {
     reservedTokens: 0,
     usedTokens: null,
     engineWork: null,
+    leftBoundary: null,
     redactions: null,
     scrubSession: null,
     outputRedactions: null,
     requestSha256: null,
     audited: false,
   };
+}
+
+/** Marks the call as sent to a frontier provider when `model` is one of its models: its audit entry says so. */
+export function noteModelUsed(call: CallContext, model: ServedModel): void {
+  if (model.frontier && model.upstream) call.leftBoundary = model.upstream;
+}
+
+/**
+ * Records that the call's engine work started on `model`: usage settles when it ends, and a frontier provider's model
+ * marks the call as having left the sovereign boundary (as soon as the work starts: a call that fails on the way is
+ * marked too, since part of it may have gone out).
+ */
+export function startedEngineWork(call: CallContext, model: ServedModel, work: Promise<unknown>): void {
+  call.engineWork = work;
+  noteModelUsed(call, model);
 }

@@ -23,6 +23,8 @@ export interface ServedModel {
   contextTokens?: number;
   /** The upstream (config `upstreams[].name`) that serves it, when it is not served on this device. */
   upstream?: string;
+  /** Served by a frontier provider, outside the sovereign boundary (config `upstreams[].frontier`). */
+  frontier?: boolean;
   /** Why the model is not ready, for health and the operator. */
   detail?: string;
   /** Starts loading an `unloaded` model. */

@@ -97,6 +97,7 @@ export function startUpstreams(options: {
         readiness: 'loading',
         detail: `waiting for the first health check of upstream '${upstream.name}'`,
         upstream: upstream.name,
+        ...(upstream.frontier ? { frontier: true } : {}),
         ...(model.contextTokens ? { contextTokens: model.contextTokens } : {}),
       });
     }

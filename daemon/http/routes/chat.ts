@@ -5,7 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
-import type { RouteDeclaration } from '../context.js';
+import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
 import { abortOnDisconnect } from '../lifetime.js';
@@ -192,7 +192,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       }
 
       const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
-      request.call.engineWork = work;
+      startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       const content = scrubbing ? scrubbing.session.scrub(result.content, scrubbing.tally) : result.content;
       const toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
@@ -377,6 +377,6 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         }
         return finish();
       });
-    request.call.engineWork = work;
+    startedEngineWork(request.call, request.call.model!, work);
   });
 }

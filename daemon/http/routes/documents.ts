@@ -8,7 +8,7 @@ import { answerPrompt, DocumentLibrary, LibraryError, type DocumentRecord, type 
 import { ApiError } from '../../errors/index.js';
 import type { ServedModel } from '../../models/index.js';
 import { noRedactions, ScrubSession } from '../../scrub/index.js';
-import type { RouteDeclaration } from '../context.js';
+import { noteModelUsed, startedEngineWork, type CallContext, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { scrubRequest, type PipelineDeps } from '../pipeline.js';
 import { acceptUploads } from '../multipart.js';
@@ -111,28 +111,35 @@ function libraryError(err: unknown): never {
 
 /**
  * The embeddings model that indexes documents: the configured one (whose absence or loading is the caller's 404/503),
- * or the first one served and ready; null when there is none (lexical retrieval only).
+ * or the first one served and ready that is not a frontier provider's (a knowledge base leaves the sovereign boundary
+ * only when the operator names such a model); null when there is none (lexical retrieval only).
  */
-function documentEmbedder(deps: PipelineDeps): Embedder | null {
+function documentEmbedder(deps: PipelineDeps, call: CallContext): Embedder | null {
   const configured = deps.config.documents.embeddingModel;
   const model = configured
     ? deps.catalog.resolve(configured, 'embeddings')
-    : deps.catalog.listed().find((m) => m.capability === 'embeddings' && m.readiness === 'ready');
+    : deps.catalog.listed().find((m) => m.capability === 'embeddings' && m.readiness === 'ready' && !m.frontier);
   const engine = model && deps.engines.embeddings(model.id);
   if (!model || !engine) return null;
   return {
     model: model.id,
     async embed(texts, signal) {
+      noteModelUsed(call, model);
       const result = await engine.embed(model.id, texts, signal ?? new AbortController().signal, { truncate: true });
       return result.vectors;
     },
   };
 }
 
-/** The chat model that answers a query: the one it names, else the first chat model served and ready, else none. */
+/**
+ * The chat model that answers a query: the one it names, else the first chat model served and ready that is not a
+ * frontier provider's, else none.
+ */
 function answeringModel(deps: PipelineDeps, named: string | undefined): ServedModel | null {
   if (named !== undefined) return deps.catalog.resolve(named, 'chat');
-  return deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && deps.engines.chat(m.id)) ?? null;
+  return (
+    deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && !m.frontier && deps.engines.chat(m.id)) ?? null
+  );
 }
 
 const ANSWER_TOKENS = 512;
@@ -211,7 +218,7 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
             metadata: body.metadata ?? null,
             redactions: request.call.redactions ?? noRedactions(),
           },
-          documentEmbedder(deps),
+          documentEmbedder(deps, request.call),
           signal,
         );
         request.log.info({ document: record.id, chunks: record.chunkIds.length, ms: Date.now() - started }, 'document ingested');
@@ -260,7 +267,7 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
         body.knowledge_base,
         body.query,
         body.top_k ?? 5,
-        documentEmbedder(deps),
+        documentEmbedder(deps, request.call),
         signal,
       );
       const citations = hits.map((h, i) => ({
@@ -292,7 +299,7 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
         { messages: prompt.messages, maxTokens: answerTokens, temperature: 0.2 },
         { onText: () => {}, signal, onUsage: (u) => (request.call.usedTokens = u.promptTokens + u.completionTokens) },
       );
-      request.call.engineWork = work;
+      startedEngineWork(request.call, model, work);
       const answered = await work;
       // The answer is scrubbed like any chat answer (same placeholders as the query) unless scrub.output is off.
       let answer = answered.content;

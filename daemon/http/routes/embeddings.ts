@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { ScrubSession } from '../../scrub/index.js';
-import type { RouteDeclaration } from '../context.js';
+import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { embeddingsBody } from './schemas.js';
@@ -75,7 +75,7 @@ export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps)
         }
       }
       const work = engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(request, reply));
-      request.call.engineWork = work;
+      startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       request.call.usedTokens = result.promptTokens;
       const base64 = request.body.encoding_format === 'base64';

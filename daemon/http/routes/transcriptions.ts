@@ -16,7 +16,7 @@ import {
   type ResponseFormat,
   type Transcript,
 } from '../../speech/index.js';
-import type { RouteDeclaration } from '../context.js';
+import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { acceptUploads, readParts } from '../multipart.js';
 import { scrubRequest, type PipelineDeps } from '../pipeline.js';
@@ -95,7 +95,7 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: PipelineDe
           { language, prompt: body.prompt || undefined, temperature, words: granularities.has('word') },
           signal,
         );
-        request.call.engineWork = work;
+        startedEngineWork(request.call, model, work);
         transcript = await work;
       } catch (err) {
         if (err instanceof AudioError) throw invalid(err.message, 'file');

@@ -10,7 +10,7 @@ interface Health {
   posture: string;
   region: string;
   sovereign: boolean;
-  models: Array<{ id: string; capability: string; readiness: string; upstream?: string; detail?: string }>;
+  models: Array<{ id: string; capability: string; readiness: string; upstream?: string; sovereign?: boolean; detail?: string }>;
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   audit: { entries: number; signer: string | null; problem: string | null } | null;
   egress?: { refused: number };
@@ -56,6 +56,8 @@ export function ModelsPage() {
                 <th scope="col">{t('models.capability')}</th>
                 <th scope="col">{t('models.readiness')}</th>
                 <th scope="col">{t('models.listed')}</th>
+                <th scope="col">{t('models.where')}</th>
+                <th scope="col">{t('models.detail')}</th>
               </tr>
             </thead>
             <tbody>
@@ -65,6 +67,16 @@ export function ModelsPage() {
                   <td>{t(`capability.${m.capability}` as MessageKey)}</td>
                   <td>{t(`readiness.${m.readiness}` as MessageKey)}</td>
                   <td>{listed.includes(m.id) ? t('common.yes') : t('common.no')}</td>
+                  <td data-testid={`where-${m.id}`}>
+                    {m.sovereign === false ? (
+                      <strong class="non-sovereign">{t('models.frontier', { name: m.upstream ?? '' })}</strong>
+                    ) : m.upstream ? (
+                      t('models.upstream', { name: m.upstream })
+                    ) : (
+                      t('models.local')
+                    )}
+                  </td>
+                  <td dir="ltr">{m.detail ?? ''}</td>
                 </tr>
               ))}
             </tbody>
