@@ -503,7 +503,7 @@ t.test('config: sealed postures accept loopback upstreams only; names and ids mu
   t.notMatch(credentials.stderr + credentials.stdout, /secret@/, 'the credential is not echoed back');
   const missingKey = check([{ name: 'a', baseUrl: 'http://127.0.0.1:1/v1', apiKeyFile: '/nonexistent/key', models: model }]);
   t.match(missingKey.stdout, /'upstreams\[0\]\.apiKeyFile' names '\/nonexistent\/key', which does not exist/);
-  const unknownCapability = check([{ name: 'a', baseUrl: 'http://127.0.0.1:1/v1', models: [{ id: 'm', capability: 'image' }] }]);
+  const unknownCapability = check([{ name: 'a', baseUrl: 'http://127.0.0.1:1/v1', models: [{ id: 'm', capability: 'video' }] }]);
   t.equal(unknownCapability.code, 1);
 });
 

@@ -87,6 +87,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     scrub: { output: true },
     speech: { maxUploadBytes: 25 * 1024 * 1024, maxSeconds: 2 * 3600, ffmpeg: 'ffmpeg' },
     documents: { maxChunksPerDocument: 2000, maxDocumentsPerKnowledgeBase: 10_000, maxUploadBytes: 32 * 1024 * 1024, embeddingModel: null },
+    images: { urlTtlSeconds: 3600 },
     audit: {
       signer: 'tpm',
       tcti: 'device:/dev/tpmrm0',

@@ -43,6 +43,7 @@ export interface Config {
     maxUploadBytes: number;
     embeddingModel: string | null;
   };
+  images: { urlTtlSeconds: number };
   audit: {
     signer: 'tpm' | 'software';
     tcti: string;
@@ -73,7 +74,7 @@ export interface UpstreamConfig {
 export interface UpstreamModelConfig {
   id: string;
   upstreamModel?: string;
-  capability: 'chat' | 'embeddings' | 'transcription';
+  capability: 'chat' | 'embeddings' | 'transcription' | 'image';
   contextTokens?: number;
   ownedBy?: string;
   shortenable?: boolean;
@@ -178,6 +179,17 @@ export const configSchema = {
         },
       },
     },
+    images: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        urlTtlSeconds: positiveInt(
+          'How long an image answered as a url stays available at /v1/images/files/…, in seconds.',
+          1,
+          7 * 24 * 3600,
+        ),
+      },
+    },
     audit: {
       type: 'object',
       additionalProperties: false,
@@ -279,8 +291,8 @@ export const configSchema = {
                   description: 'The model name the upstream knows it by; default: the same as id.',
                 },
                 capability: {
-                  enum: ['chat', 'embeddings', 'transcription'],
-                  description: 'What the model does: chat, embeddings or transcription.',
+                  enum: ['chat', 'embeddings', 'transcription', 'image'],
+                  description: 'What the model does: chat, embeddings, transcription or image (generation).',
                 },
                 contextTokens: positiveInt('Context the upstream serves the model with, in tokens (bounds token reservations).'),
                 ownedBy: { type: 'string', minLength: 1, maxLength: 128, description: "The model list's owned_by." },

@@ -106,11 +106,43 @@ export interface TranscriptionEngine {
   queueState?(modelId: string): QueueState | undefined;
 }
 
+export interface ImageRequest {
+  /** Already scrubbed. */
+  prompt: string;
+  n: number;
+  /** "WIDTHxHEIGHT" as the client asked, or null to let the engine choose ("auto"). */
+  size: string | null;
+  quality?: string;
+  style?: string;
+  background?: string;
+}
+
+export interface ImageResult {
+  /** The engine's images as it made them (any format sharp reads); the route normalises them. */
+  images: Buffer[];
+  /** Prompt tokens, when the engine reports them. */
+  promptTokens: number | null;
+}
+
+export interface ImageEngine {
+  generate(modelId: string, request: ImageRequest, signal: AbortSignal): Promise<ImageResult>;
+  queueState?(modelId: string): QueueState | undefined;
+}
+
 /** Which engine serves each model id. */
 export class EngineRegistry {
   private readonly chatEngines = new Map<string, ChatEngine>();
   private readonly embeddingEngines = new Map<string, EmbeddingEngine>();
   private readonly transcriptionEngines = new Map<string, TranscriptionEngine>();
+  private readonly imageEngines = new Map<string, ImageEngine>();
+
+  setImage(modelId: string, engine: ImageEngine): void {
+    this.imageEngines.set(modelId, engine);
+  }
+
+  image(modelId: string): ImageEngine | undefined {
+    return this.imageEngines.get(modelId);
+  }
 
   setTranscription(modelId: string, engine: TranscriptionEngine): void {
     this.transcriptionEngines.set(modelId, engine);
@@ -137,7 +169,11 @@ export class EngineRegistry {
   }
 
   queueState(modelId: string): QueueState | undefined {
-    const engine = this.chatEngines.get(modelId) ?? this.embeddingEngines.get(modelId) ?? this.transcriptionEngines.get(modelId);
+    const engine =
+      this.chatEngines.get(modelId) ??
+      this.embeddingEngines.get(modelId) ??
+      this.transcriptionEngines.get(modelId) ??
+      this.imageEngines.get(modelId);
     return engine?.queueState?.(modelId);
   }
 }

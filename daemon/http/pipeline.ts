@@ -29,6 +29,7 @@ import type { EgressService } from '../egress/index.js';
 import type { BootReport } from '../service/boots.js';
 import type { Accounts } from '../accounts/index.js';
 import type { UsageMeter } from '../usage/index.js';
+import type { ImageFiles } from '../images/index.js';
 import type { Store } from '../store/index.js';
 import { newCallContext, type RouteDeclaration } from './context.js';
 import { onCallEnd } from './lifetime.js';
@@ -62,6 +63,8 @@ export interface PipelineDeps {
   usage?: UsageMeter;
   /** The data dir's store, for the dashboard's audit export. */
   store?: Store;
+  /** Generated images kept for `url` answers. */
+  images?: ImageFiles;
 }
 
 type Hook = 'onRequest' | 'preHandler';

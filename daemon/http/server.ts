@@ -14,6 +14,7 @@ import { registerAuditRoutes } from './routes/audit.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerDocumentRoutes } from './routes/documents.js';
 import { registerEmbeddingsRoute } from './routes/embeddings.js';
+import { registerImageRoutes } from './routes/images.js';
 import { registerLivenessRoute, registerServiceRoutes } from './routes/service.js';
 import { registerTranscriptionRoute } from './routes/transcriptions.js';
 import './context.js';
@@ -118,6 +119,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
       registerAuditRoutes(v1, deps);
       registerDocumentRoutes(v1, deps);
       registerTranscriptionRoute(v1, deps);
+      registerImageRoutes(v1, deps);
     },
     { prefix: '/v1' },
   );

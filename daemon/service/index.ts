@@ -21,6 +21,7 @@ import { BootLog } from './boots.js';
 import { lockDataDir } from './lock.js';
 import { passedListenFd, systemdNotifier } from './systemd.js';
 import { startModels, type ModelsRuntime } from './models.js';
+import { ImageFiles } from '../images/index.js';
 import { startUpstreams, type UpstreamsRuntime } from './upstreams.js';
 
 export interface Daemon {
@@ -102,6 +103,8 @@ export async function startDaemon(
     log: app.log,
   });
   deps.documents = documents;
+  const images = new ImageFiles(join(config.dataDir, 'images'), config.images.urlTtlSeconds * 1000, app.log);
+  deps.images = images;
 
   let audit: AuditService | undefined;
   let upstreams: UpstreamsRuntime | undefined;
@@ -118,6 +121,7 @@ export async function startDaemon(
   } catch (err) {
     await app.close();
     await deps.usage?.close();
+    images.close();
     await upstreams?.close();
     await audit?.close();
     egress.close();
@@ -171,6 +175,7 @@ export async function startDaemon(
         await models.dispose();
         await documentsOpened;
         await documents.close();
+        images.close();
         await deps.usage?.close();
         // A last checkpoint covering every call answered.
         await audit.close();

@@ -11,6 +11,7 @@ import {
   UpstreamChatEngine,
   UpstreamClient,
   UpstreamEmbeddingEngine,
+  UpstreamImageEngine,
   UpstreamMonitor,
   UpstreamTranscriptionEngine,
   type UpstreamEmbeddingRoute,
@@ -59,9 +60,11 @@ export function startUpstreams(options: {
   const chatRoutes = new Map<string, UpstreamRoute>();
   const embeddingRoutes = new Map<string, UpstreamEmbeddingRoute>();
   const transcriptionRoutes = new Map<string, UpstreamRoute>();
+  const imageRoutes = new Map<string, UpstreamRoute>();
   const chat = new UpstreamChatEngine(chatRoutes, log);
   const embeddings = new UpstreamEmbeddingEngine(embeddingRoutes, log);
   const transcription = new UpstreamTranscriptionEngine(transcriptionRoutes, log);
+  const images = new UpstreamImageEngine(imageRoutes, log);
   const created = Math.floor(Date.now() / 1000);
   const clients: UpstreamClient[] = [];
   const monitors: UpstreamMonitor[] = [];
@@ -85,9 +88,12 @@ export function startUpstreams(options: {
       } else if (model.capability === 'embeddings') {
         embeddingRoutes.set(model.id, { ...route, shortenable: model.shortenable ?? false });
         engines.setEmbeddings(model.id, embeddings);
-      } else {
+      } else if (model.capability === 'transcription') {
         transcriptionRoutes.set(model.id, route);
         engines.setTranscription(model.id, transcription);
+      } else {
+        imageRoutes.set(model.id, route);
+        engines.setImage(model.id, images);
       }
       catalog.set({
         id: model.id,

@@ -58,6 +58,7 @@ export class UpstreamClient {
   private readonly pool: Pool;
   /** The base URL's path without its trailing slash, e.g. '/v1'. */
   private readonly basePath: string;
+  private readonly origin: string;
   private readonly jsonHeaders: Record<string, string>;
   private readonly plainHeaders: Record<string, string>;
   private readonly retries: number;
@@ -73,6 +74,7 @@ export class UpstreamClient {
     this.retries = target.retries;
     this.timeoutMs = target.timeoutMs;
     this.basePath = url.pathname.replace(/\/+$/, '');
+    this.origin = url.origin;
     this.pool = new Pool(url.origin, {
       connections: target.connections,
       pipelining: 1,
@@ -101,6 +103,36 @@ export class UpstreamClient {
   /** GETs `path` under the base URL, once (health checks have their own schedule). */
   get(path: string, signal: AbortSignal): Promise<UpstreamResponse> {
     return this.pool.request({ method: 'GET', path: this.basePath + path, headers: this.plainHeaders, signal });
+  }
+
+  /**
+   * Fetches a URL the upstream gave in its answer (an image server that answers with URLs), only if it is on the
+   * upstream's own origin: an answer must not make the daemon reach anywhere else. At most `maxBytes`.
+   */
+  async fetchOwn(url: string, signal: AbortSignal, maxBytes: number): Promise<Buffer> {
+    let target: URL;
+    try {
+      target = new URL(url, this.origin);
+    } catch {
+      throw new Error('the upstream gave a URL that does not parse');
+    }
+    if (target.origin !== this.origin) throw new Error('the upstream gave a URL on another origin; it is not fetched');
+    const response = await this.pool.request({ method: 'GET', path: target.pathname + target.search, headers: this.plainHeaders, signal });
+    if (response.statusCode !== 200) {
+      await response.body.dump().catch(() => {});
+      throw new Error(`the upstream's own URL answered status ${response.statusCode}`);
+    }
+    const chunks: Buffer[] = [];
+    let length = 0;
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      length += chunk.length;
+      if (length > maxBytes) {
+        response.body.destroy();
+        throw new Error(`the upstream's own URL sent more than ${maxBytes} bytes`);
+      }
+      chunks.push(chunk);
+    }
+    return Buffer.concat(chunks);
   }
 
   private async send(request: {

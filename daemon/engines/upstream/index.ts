@@ -4,3 +4,4 @@ export { UpstreamEmbeddingEngine, type UpstreamEmbeddingRoute } from './embeddin
 export { UpstreamTranscriptionEngine } from './transcription.js';
 export { UpstreamMonitor, type UpstreamStatus } from './monitor.js';
 export { SseReader } from './sse.js';
+export { UpstreamImageEngine, type UpstreamImageRoute } from './images.js';

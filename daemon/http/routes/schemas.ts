@@ -132,3 +132,22 @@ export const embeddingsBody = {
     user: { type: 'string' },
   },
 } as const;
+
+export const imageGenerationBody = {
+  type: 'object',
+  required: ['prompt'],
+  properties: {
+    prompt: { type: 'string', minLength: 1, maxLength: 32_000 },
+    model: { type: 'string', minLength: 1, maxLength: 256 },
+    n: { type: 'integer', minimum: 1, maximum: 10 },
+    size: { type: 'string', pattern: '^(auto|[1-9][0-9]{1,3}x[1-9][0-9]{1,3})$' },
+    response_format: { enum: ['url', 'b64_json'] },
+    output_format: { enum: ['png', 'jpeg', 'webp'] },
+    output_compression: { type: 'integer', minimum: 0, maximum: 100 },
+    quality: { enum: ['standard', 'hd', 'low', 'medium', 'high', 'auto'] },
+    style: { enum: ['vivid', 'natural'] },
+    background: { enum: ['transparent', 'opaque', 'auto'] },
+    moderation: { enum: ['low', 'auto'] },
+    user: { type: 'string' },
+  },
+} as const;

@@ -1,0 +1,73 @@
+// Image generation through an OpenAI-compatible image server (a GPU rack's): the scrubbed prompt under the server's
+// model name, the images back as base64 (or, from a server that only gives URLs, fetched from that same server and
+// nowhere else). The route normalises what comes back (size, format, metadata) with sharp.
+import type { FastifyBaseLogger } from 'fastify';
+import { ApiError } from '../../errors/index.js';
+import type { ImageEngine, ImageRequest, ImageResult, QueueState } from '../index.js';
+import type { UpstreamClient } from './client.js';
+import { callUpstream, type FailedCall } from './errors.js';
+
+export interface UpstreamImageRoute {
+  client: UpstreamClient;
+  upstreamModel: string;
+}
+
+interface ImageList {
+  data?: Array<{ b64_json?: unknown; url?: unknown }>;
+  usage?: { input_tokens?: unknown; prompt_tokens?: unknown };
+}
+
+/** The most bytes one image may have as the upstream sends it (before normalising). */
+const LARGEST_IMAGE = 64 * 1024 * 1024;
+
+export class UpstreamImageEngine implements ImageEngine {
+  private readonly busy = new Map<string, number>();
+
+  constructor(
+    private readonly routes: ReadonlyMap<string, UpstreamImageRoute>,
+    private readonly log: FastifyBaseLogger,
+  ) {}
+
+  async generate(modelId: string, request: ImageRequest, signal: AbortSignal): Promise<ImageResult> {
+    const route = this.routes.get(modelId);
+    if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+    const body = JSON.stringify({
+      model: route.upstreamModel,
+      prompt: request.prompt,
+      n: request.n,
+      response_format: 'b64_json',
+      ...(request.size ? { size: request.size } : {}),
+      ...(request.quality ? { quality: request.quality } : {}),
+      ...(request.style ? { style: request.style } : {}),
+      ...(request.background ? { background: request.background } : {}),
+    });
+    const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
+    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
+    try {
+      return await callUpstream(
+        call,
+        signal,
+        () => route.client.post('/images/generations', body, signal),
+        async (response) => {
+          const list = (await response.body.json()) as ImageList;
+          if (!Array.isArray(list.data) || list.data.length === 0) throw new Error('the upstream returned no images');
+          const images: Buffer[] = [];
+          for (const item of list.data.slice(0, request.n)) {
+            if (typeof item.b64_json === 'string') images.push(Buffer.from(item.b64_json, 'base64'));
+            else if (typeof item.url === 'string') images.push(await route.client.fetchOwn(item.url, signal, LARGEST_IMAGE));
+            else throw new Error('an image has neither b64_json nor url');
+          }
+          if (images.some((image) => image.length === 0 || image.length > LARGEST_IMAGE)) throw new Error('an image is empty or too large');
+          const tokens = list.usage?.input_tokens ?? list.usage?.prompt_tokens;
+          return { images, promptTokens: typeof tokens === 'number' && tokens >= 0 ? tokens : null };
+        },
+      );
+    } finally {
+      this.busy.set(modelId, this.busy.get(modelId)! - 1);
+    }
+  }
+
+  queueState(modelId: string): QueueState | undefined {
+    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+  }
+}
