@@ -87,10 +87,10 @@ t.test('device posture does not meter', async (t) => {
   t.notOk(results[0].headers['x-ratelimit-limit-requests']);
 });
 
-/** The ApiError a call throws, or undefined if it does not throw. */
-function thrown(fn: () => unknown): ApiError | undefined {
+/** The ApiError a call rejects with, or undefined if it does not. */
+async function thrown(fn: () => Promise<unknown>): Promise<ApiError | undefined> {
   try {
-    fn();
+    await fn();
   } catch (err) {
     return err as ApiError;
   }
@@ -101,17 +101,21 @@ t.test('token limits: reservations are exact, refused ones name the limit, settl
   const limits = new KeyLimits();
   const quota = { keyId: 'key_t', rpm: 100, tpm: 1000 };
   const now = 1_000_000;
-  t.equal(limits.reserveTokens(quota, 600, now)['x-ratelimit-remaining-tokens'], '400');
-  const refused = thrown(() => limits.reserveTokens(quota, 600, now));
+  t.equal((await limits.reserveTokens(quota, 600, now))['x-ratelimit-remaining-tokens'], '400');
+  const refused = await thrown(() => limits.reserveTokens(quota, 600, now));
   t.ok(refused instanceof ApiError);
   t.equal(refused!.status, 429);
   t.equal(refused!.type, 'tokens');
   t.match(refused!.headers['retry-after'], /^\d+$/);
   limits.settleTokens(quota, 600, 100, now);
-  t.equal(limits.reserveTokens(quota, 600, now)['x-ratelimit-remaining-tokens'], '300', 'unused tokens came back');
-  const tooBig = thrown(() => limits.reserveTokens(quota, 5000, now));
+  t.equal((await limits.reserveTokens(quota, 600, now))['x-ratelimit-remaining-tokens'], '300', 'unused tokens came back');
+  const tooBig = await thrown(() => limits.reserveTokens(quota, 5000, now));
   t.match(tooBig?.message, /more than the 1000 tokens per minute/);
-  t.equal(limits.reserveTokens(quota, 300, now + 30_000)['x-ratelimit-remaining-tokens'], '500', 'half a minute refills half the limit');
+  t.equal(
+    (await limits.reserveTokens(quota, 300, now + 30_000))['x-ratelimit-remaining-tokens'],
+    '500',
+    'half a minute refills half the limit',
+  );
 });
 
 t.test("reset durations read like OpenAI's", async (t) => {

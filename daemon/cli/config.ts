@@ -26,6 +26,7 @@ export async function configCommand(argv: string[]): Promise<number> {
   const files: Array<[string, string | undefined]> = [
     ['tls.cert', config.tls?.cert],
     ['tls.key', config.tls?.key],
+    ['limits.redis.passwordFile', config.limits.redis?.passwordFile],
     ...config.upstreams.map((u, i): [string, string | undefined] => [`upstreams[${i}].apiKeyFile`, u.apiKeyFile]),
   ];
   for (const [key, path] of files) {

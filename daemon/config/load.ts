@@ -64,7 +64,7 @@ const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']
   ['manifest', 'manifest', 'string'],
 ];
 
-const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest'];
+const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest', 'limits.redis.passwordFile'];
 
 /** Where state lives when nothing says otherwise: systemd's StateDirectory, else the FHS place, else the user's. */
 export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
@@ -80,7 +80,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     region: 'local',
     listen: { port: 8443 },
     dataDir: defaultDataDir(env),
-    limits: { bodyBytes: 4 * 1024 * 1024, maxInFlight: 512, defaultRpm: 600, defaultTpm: 600_000 },
+    limits: { bodyBytes: 4 * 1024 * 1024, maxInFlight: 512, defaultRpm: 600, defaultTpm: 600_000, store: 'memory' },
     timeouts: { requestMs: 60_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
     log: { level: 'info', requests: false },
     models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0 },
@@ -189,6 +189,12 @@ function postureRules(config: Config): string[] {
     problems.push(
       `the device posture listens on loopback only; 'listen.host' is '${config.listen.host}' (use the appliance posture to serve a network)`,
     );
+  }
+  if (config.limits.store === 'redis' && !config.limits.redis) {
+    problems.push(`'limits.store' is redis: set 'limits.redis.url' to the Redis server every replica shares`);
+  }
+  if (config.limits.store === 'redis' && !isMetered(config.posture)) {
+    problems.push(`the ${config.posture} posture has no per-key limits: 'limits.store' redis applies to cloud and frontier only`);
   }
   // Frontier calls leave the sovereign boundary: what goes out and what comes back is always scrubbed there.
   if (config.posture === 'frontier' && !config.scrub.output) {

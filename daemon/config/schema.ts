@@ -20,6 +20,8 @@ export interface Config {
     maxInFlight: number;
     defaultRpm: number;
     defaultTpm: number;
+    store: 'memory' | 'redis';
+    redis?: { url: string; passwordFile?: string; keyPrefix?: string; timeoutMs?: number };
   };
   timeouts: {
     requestMs: number;
@@ -123,6 +125,25 @@ export const configSchema = {
         maxInFlight: positiveInt('Concurrent /v1 calls before new ones get 503 server_overloaded.', 1, 100000),
         defaultRpm: positiveInt('Requests per minute for a key that has no limit of its own (cloud, frontier).'),
         defaultTpm: positiveInt('Tokens per minute for a key that has no limit of its own (cloud, frontier).'),
+        store: {
+          enum: ['memory', 'redis'],
+          description: 'Where per-key limits are kept: in this process (memory), or in Redis, shared exactly by every replica (redis).',
+        },
+        redis: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['url'],
+          properties: {
+            url: {
+              type: 'string',
+              pattern: '^rediss?://[^\\s@]+$',
+              description: 'The Redis server, e.g. redis://10.0.0.9:6379/0 (rediss:// for TLS); no credentials in it.',
+            },
+            passwordFile: { type: 'string', minLength: 1, description: 'File holding the Redis password (read at start; never logged).' },
+            keyPrefix: { type: 'string', pattern: '^[A-Za-z0-9:_.-]{1,64}$', description: "Prefix of this deployment's keys in Redis." },
+            timeoutMs: positiveInt('Time a limit decision may take in Redis before the call gets 503, in ms.', 10, 60_000),
+          },
+        },
       },
     },
     timeouts: {

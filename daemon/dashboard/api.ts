@@ -555,7 +555,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
       api.get('/overview', async (request) => {
         signedIn(request);
         return {
-          health: healthReport(config, deps.catalog, deps.engines, deps.state, deps.audit, deps.egress, deps.boots),
+          health: healthReport(deps),
           listed: deps.catalog.listed().map((m) => m.id),
         };
       });

@@ -1,6 +1,7 @@
 // The body of GET /v1/health: what an operator or a load balancer needs to know about this daemon.
 import type { Config } from '../config/index.js';
-import { isSovereign } from '../config/index.js';
+import { isMetered, isSovereign } from '../config/index.js';
+import type { LimitStore } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog, Readiness } from '../models/index.js';
 import type { AuditHealth, AuditService } from '../audit/index.js';
@@ -29,21 +30,28 @@ export interface HealthReport {
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   /** Entries logged, what signs checkpoints (tpm, software, or null when nothing can), the latest checkpoint. */
   audit: AuditHealth | null;
+  /** Metered postures only: where per-key limits are kept (memory or redis), and why they cannot be checked, if so. */
+  limiter?: { store: 'memory' | 'redis'; problem: string | null };
   /** Sealed postures only: outbound attempts refused, and the kernel's egress count under systemd. */
   egress?: EgressHealth;
   /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
   service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
 }
 
-export function healthReport(
-  config: Config,
-  catalog: ModelCatalog,
-  engines: EngineRegistry,
-  state: { startedAt: number },
-  audit?: AuditService,
-  egress?: EgressService,
-  boots?: BootReport,
-): HealthReport {
+/** Where the report comes from (the pipeline's dependencies have all of it). */
+export interface HealthSources {
+  config: Config;
+  catalog: ModelCatalog;
+  engines: EngineRegistry;
+  state: { startedAt: number };
+  audit?: AuditService;
+  egress?: EgressService;
+  boots?: BootReport;
+  limits?: { store: LimitStore };
+}
+
+export function healthReport(sources: HealthSources): HealthReport {
+  const { config, catalog, engines, state, audit, egress, boots } = sources;
   const models = catalog.all().map((m) => ({
     id: m.id,
     capability: m.capability,
@@ -54,7 +62,9 @@ export function healthReport(
     ...(engines.queueState(m.id) ?? {}),
   }));
   const auditHealth = audit?.health() ?? null;
-  const degraded = models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem);
+  const limiter =
+    isMetered(config.posture) && sources.limits ? { store: sources.limits.store.kind, problem: sources.limits.store.problem() } : null;
+  const degraded = models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem) || Boolean(limiter?.problem);
   const report: HealthReport = {
     status: degraded ? 'degraded' : 'ok',
     posture: config.posture,
@@ -65,6 +75,7 @@ export function healthReport(
     unavailable_models: catalog.unavailable(),
     audit: auditHealth,
   };
+  if (limiter) report.limiter = limiter;
   const egressHealth = egress?.health();
   if (egressHealth) report.egress = egressHealth;
   if (boots) report.service = { ...boots, systemd: egress?.systemdRestarts() ?? null };

@@ -35,6 +35,11 @@ export interface CallContext {
 export interface RouteDeclaration {
   /** false only for routes outside /v1 that supervisors call without a key. */
   auth: boolean;
+  /**
+   * Answered even when the shared rate limiter cannot decide (Redis down), without counting against the limit: health,
+   * which must be able to say that the limiter is down.
+   */
+  essential?: boolean;
   /** The capability the body's `model` must have; the resolve-model stage enforces it. */
   capability?: Capability;
   /** Upper bound of the tokens a call may use, reserved before the engine runs (metered postures). */

@@ -22,7 +22,7 @@ import { ScrubSession } from '../scrub/index.js';
 import type { AuditService } from '../audit/index.js';
 import type { DocumentLibrary } from '../documents/index.js';
 import type { KeyRegistry } from '../keys/index.js';
-import type { InFlightGate, KeyLimits, KeyQuota } from '../limits/index.js';
+import { LimiterUnavailableError, type InFlightGate, type KeyLimits, type KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { EgressService } from '../egress/index.js';
@@ -135,7 +135,11 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
         if (!request.call.principal) return;
         const quota = quotaOf(request, deps.config);
         request.call.quota = quota;
-        reply.headers(deps.limits.admitRequest(quota));
+        try {
+          reply.headers(await deps.limits.admitRequest(quota));
+        } catch (err) {
+          if (!(err instanceof LimiterUnavailableError && declarationOf(request)?.essential)) throw err;
+        }
       },
     },
     {
@@ -155,7 +159,7 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
         const quota = request.call.quota;
         if (!estimate || !quota) return;
         const tokens = Math.max(1, Math.ceil(estimate(request.body, request.call.model?.contextTokens)));
-        reply.headers(deps.limits.reserveTokens(quota, tokens));
+        reply.headers(await deps.limits.reserveTokens(quota, tokens));
         request.call.reservedTokens = tokens;
         // Stage 9, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the engine
         // reports it used (an engine reports even for aborted work; a call that never reached one used nothing).

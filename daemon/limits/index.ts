@@ -1,3 +1,5 @@
 export { Gcra, type Decision } from './gcra.js';
 export { InFlightGate } from './in-flight.js';
-export { KeyLimits, formatDuration, type KeyQuota, type LimitHeaders } from './key-limits.js';
+export { KeyLimits, LimiterUnavailableError, formatDuration, type KeyQuota, type LimitHeaders } from './key-limits.js';
+export { MemoryLimitStore, type LimitStore } from './store.js';
+export { RedisLimitStore, type RedisLimitOptions } from './redis-store.js';

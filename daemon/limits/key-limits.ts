@@ -1,6 +1,8 @@
-// Per-key request and token limits for the metered postures, and the headers OpenAI sends about them.
+// Per-key request and token limits for the metered postures, and the headers OpenAI sends about them. The buckets
+// live in a LimitStore: in memory for one daemon, in Redis for replicas that share limits (store.ts).
 import { ApiError } from '../errors/index.js';
-import { Gcra, type Decision } from './gcra.js';
+import type { Decision } from './gcra.js';
+import { MemoryLimitStore, type Bucket, type LimitStore, type PairDecision } from './store.js';
 
 export interface KeyQuota {
   keyId: string;
@@ -26,14 +28,41 @@ function headersFor(kind: 'requests' | 'tokens', d: Decision): LimitHeaders {
   };
 }
 
+/** A store that cannot decide (Redis unreachable): nothing is admitted rather than nothing limited. */
+export class LimiterUnavailableError extends ApiError {}
+
+const LIMITER_UNAVAILABLE = () =>
+  new LimiterUnavailableError(
+    'server_overloaded',
+    'Rate limits cannot be checked right now (the shared rate limiter does not answer). Retry shortly.',
+    {
+      headers: { 'retry-after': '1' },
+    },
+  );
+
+interface Log {
+  warn(obj: object, msg: string): void;
+}
+
 export class KeyLimits {
-  private readonly requests = new Gcra();
-  private readonly tokens = new Gcra();
+  constructor(
+    readonly store: LimitStore = new MemoryLimitStore(),
+    private readonly log?: Log,
+  ) {}
+
+  private async decide(change: Bucket, cost: number, other: Bucket, now: number | undefined): Promise<PairDecision> {
+    try {
+      return await this.store.consume(change, cost, other, now);
+    } catch (err) {
+      this.log?.warn({ err: (err as Error).message }, 'a rate-limit decision failed');
+      throw LIMITER_UNAVAILABLE();
+    }
+  }
 
   /** Admits one request or throws 429. Returns the headers for both limits as they stand after admission. */
-  admitRequest(quota: KeyQuota, now = Date.now()): LimitHeaders {
-    const decision = this.requests.consume(quota.keyId, quota.rpm, 1, now);
-    const headers = { ...headersFor('requests', decision), ...headersFor('tokens', this.tokens.peek(quota.keyId, quota.tpm, now)) };
+  async admitRequest(quota: KeyQuota, now?: number): Promise<LimitHeaders> {
+    const { changed: decision, other } = await this.decide(requestsOf(quota), 1, tokensOf(quota), now);
+    const headers = { ...headersFor('requests', decision), ...headersFor('tokens', other) };
     if (!decision.allowed) {
       const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
       throw new ApiError(
@@ -49,9 +78,9 @@ export class KeyLimits {
    * Reserves the tokens a call may use (prompt plus the most it may generate) or throws 429. The caller settles the
    * reservation with the real count when the call ends.
    */
-  reserveTokens(quota: KeyQuota, tokens: number, now = Date.now()): LimitHeaders {
-    const decision = this.tokens.consume(quota.keyId, quota.tpm, tokens, now);
-    const headers = { ...headersFor('requests', this.requests.peek(quota.keyId, quota.rpm, now)), ...headersFor('tokens', decision) };
+  async reserveTokens(quota: KeyQuota, tokens: number, now?: number): Promise<LimitHeaders> {
+    const { changed: decision, other } = await this.decide(tokensOf(quota), tokens, requestsOf(quota), now);
+    const headers = { ...headersFor('requests', other), ...headersFor('tokens', decision) };
     if (decision.allowed) return headers;
     if (!Number.isFinite(decision.retryAfterMs)) {
       throw new ApiError(
@@ -69,7 +98,18 @@ export class KeyLimits {
   }
 
   /** Replaces a reservation by what the call really used (its response has gone: no headers to make). */
-  settleTokens(quota: KeyQuota, reserved: number, used: number, now = Date.now()): void {
-    this.tokens.adjust(quota.keyId, quota.tpm, used - reserved, now);
+  settleTokens(quota: KeyQuota, reserved: number, used: number, now?: number): void {
+    if (used === reserved) return;
+    try {
+      const adjusted = this.store.adjust(tokensOf(quota), used - reserved, now);
+      if (adjusted instanceof Promise) {
+        adjusted.catch((err: Error) => this.log?.warn({ err: err.message, keyId: quota.keyId }, 'could not settle a token reservation'));
+      }
+    } catch (err) {
+      this.log?.warn({ err: (err as Error).message, keyId: quota.keyId }, 'could not settle a token reservation');
+    }
   }
 }
+
+const requestsOf = (quota: KeyQuota): Bucket => ({ name: `r:${quota.keyId}`, limit: quota.rpm });
+const tokensOf = (quota: KeyQuota): Bucket => ({ name: `t:${quota.keyId}`, limit: quota.tpm });

@@ -11,7 +11,7 @@ import { buildApp, type DaemonState, type PipelineDeps } from '../http/index.js'
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
-import { InFlightGate, KeyLimits } from '../limits/index.js';
+import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
 import { scannerKind } from '../scrub/index.js';
@@ -65,10 +65,24 @@ export async function startDaemon(
 
   const catalog = new ModelCatalog();
   const engines = new EngineRegistry();
+  // Logged through the app's logger once it exists (nothing is logged before it does).
+  const laterLog = { info: (o: object, m: string) => app.log.info(o, m), warn: (o: object, m: string) => app.log.warn(o, m) };
+  const limitStore =
+    config.limits.store === 'redis' && config.limits.redis
+      ? new RedisLimitStore(
+          {
+            url: config.limits.redis.url,
+            keyPrefix: config.limits.redis.keyPrefix ?? 'sovereign:',
+            timeoutMs: config.limits.redis.timeoutMs ?? 500,
+            ...(config.limits.redis.passwordFile ? { passwordFile: config.limits.redis.passwordFile } : {}),
+          },
+          laterLog,
+        )
+      : new MemoryLimitStore();
   const deps: PipelineDeps = {
     config,
     keys: new KeyRegistry(store),
-    limits: new KeyLimits(),
+    limits: new KeyLimits(limitStore, laterLog),
     gate: new InFlightGate(config.limits.maxInFlight),
     catalog,
     engines,
@@ -111,6 +125,7 @@ export async function startDaemon(
   try {
     // Their models are listed once their first health check answers; every connection goes through the egress guard.
     upstreams = startUpstreams({ config, manifest, catalog, engines, log: app.log });
+    if (limitStore instanceof RedisLimitStore) await limitStore.start();
     // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
     // ever answered without the audit log.
     audit = await AuditService.open(config, store, app.log);
@@ -122,6 +137,7 @@ export async function startDaemon(
     await app.close();
     await deps.usage?.close();
     images.close();
+    await limitStore.close();
     await upstreams?.close();
     await audit?.close();
     egress.close();
@@ -176,6 +192,7 @@ export async function startDaemon(
         await documentsOpened;
         await documents.close();
         images.close();
+        await limitStore.close();
         await deps.usage?.close();
         // A last checkpoint covering every call answered.
         await audit.close();
