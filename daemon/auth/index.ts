@@ -9,12 +9,14 @@ export interface Principal {
   /** The key's own limits, or undefined to use the configured defaults. */
   rpm: number | undefined;
   tpm: number | undefined;
+  /** The key's plan, or undefined for limits.defaultPlan. */
+  plan: string | undefined;
 }
 
 const BEARER = /^Bearer +(\S+) *$/i;
 
 export function principalOf(record: KeyRecord): Principal {
-  return { keyId: record.id, projectId: record.projectId, rpm: record.rpm, tpm: record.tpm };
+  return { keyId: record.id, projectId: record.projectId, rpm: record.rpm, tpm: record.tpm, plan: record.plan };
 }
 
 export function authenticate(header: string | undefined, registry: KeyRegistry): Principal {

@@ -1,6 +1,6 @@
 // `sovereign keys …` and `sovereign projects …`: they open the same lmdb store as the daemon, which sees each change
 // on its next read, so they work while it runs.
-import { loadConfig } from '../config/index.js';
+import { loadConfig, type Config } from '../config/index.js';
 import { KeyRegistry, type KeyView } from '../keys/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError } from './args.js';
@@ -9,7 +9,7 @@ import { printJson, printTable } from './output.js';
 export const KEYS_HELP = `Usage: sovereign keys <command> [options]
 
 Commands:
-  create --project P [--name N] [--rpm N] [--tpm N]
+  create --project P [--name N] [--rpm N] [--tpm N] [--plan NAME]
                        create a key; prints its secret once
   list [--project P]   list keys (never secrets)
   rotate ID [--grace SECONDS]
@@ -17,6 +17,7 @@ Commands:
   revoke ID            the key stops working at once
   limits ID [--rpm N|default] [--tpm N|default]
                        set or clear the key's own limits (cloud and frontier postures)
+  plan ID NAME|default put the key on a plan of the config's 'plans', or back on limits.defaultPlan
 
 ${COMMON_HELP}`;
 
@@ -28,13 +29,26 @@ Commands:
 
 ${COMMON_HELP}`;
 
-async function withRegistry<T>(values: Record<string, string | boolean | undefined>, work: (registry: KeyRegistry) => T): Promise<T> {
+async function withRegistry<T>(
+  values: Record<string, string | boolean | undefined>,
+  work: (registry: KeyRegistry, config: Config) => T,
+): Promise<T> {
   const { config } = loadConfig(configFlags(values));
   const store = openStore(config.dataDir);
   try {
-    return work(new KeyRegistry(store));
+    return work(new KeyRegistry(store), config);
   } finally {
     await store.close();
+  }
+}
+
+/** A plan must be one the config defines: a key on an unknown plan would silently get the defaults. */
+function checkPlan(config: Config, plan: string): void {
+  if (!Object.hasOwn(config.plans, plan)) {
+    const names = Object.keys(config.plans);
+    throw new UsageError(
+      `no plan '${plan}' in the config's 'plans'` + (names.length ? ` (plans: ${names.join(', ')})` : ' (it defines none)'),
+    );
   }
 }
 
@@ -46,6 +60,7 @@ function keyRow(k: KeyView) {
     hint: k.hint,
     rpm: k.rpm,
     tpm: k.tpm,
+    plan: k.plan,
     created: k.createdAt,
     rotated: k.rotatedAt,
     grace_until: k.graceUntil,
@@ -70,13 +85,14 @@ export async function keysCommand(argv: string[]): Promise<number> {
     rpm: { type: 'string' },
     tpm: { type: 'string' },
     grace: { type: 'string' },
+    plan: { type: 'string' },
   });
   const [command, id, ...rest] = positionals;
   if (values.help || !command) {
     process.stdout.write(`${KEYS_HELP}\n`);
     return values.help ? 0 : 2;
   }
-  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  if (rest.length > (command === 'plan' ? 1 : 0)) throw new UsageError(`unexpected argument '${rest.at(-1)}'`);
   const json = values.json === true;
   const needId = () => {
     if (!id) throw new UsageError(`keys ${command} needs a key id (see 'sovereign keys list')`);
@@ -90,9 +106,17 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const tpm = limitFlag('tpm', values.tpm, false) ?? undefined;
       const project = values.project;
       const name = typeof values.name === 'string' ? values.name : undefined;
-      const { key, secret } = await withRegistry(values, (r) =>
-        r.createKey({ project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) }),
-      );
+      const plan = typeof values.plan === 'string' ? values.plan : undefined;
+      const { key, secret } = await withRegistry(values, (r, config) => {
+        if (plan !== undefined) checkPlan(config, plan);
+        return r.createKey({
+          project,
+          ...(name ? { name } : {}),
+          ...(rpm ? { rpm } : {}),
+          ...(tpm ? { tpm } : {}),
+          ...(plan ? { plan } : {}),
+        });
+      });
       printSecret(json, key, secret, 'Created');
       return 0;
     }
@@ -100,7 +124,7 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const project = typeof values.project === 'string' ? values.project : undefined;
       const keys = await withRegistry(values, (r) => r.listKeys(project ? { project } : {}));
       if (json) printJson(keys);
-      else printTable(keys.map(keyRow), ['id', 'project', 'status', 'hint', 'rpm', 'tpm', 'created', 'rotated', 'grace_until']);
+      else printTable(keys.map(keyRow), ['id', 'project', 'status', 'hint', 'rpm', 'tpm', 'plan', 'created', 'rotated', 'grace_until']);
       return 0;
     }
     case 'rotate': {
@@ -137,6 +161,18 @@ export async function keysCommand(argv: string[]): Promise<number> {
       );
       if (json) printJson(key);
       else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
+      return 0;
+    }
+    case 'plan': {
+      const keyId = needId();
+      const [plan] = rest;
+      if (!plan) throw new UsageError("keys plan needs a plan name, or 'default' (see the config's 'plans')");
+      const key = await withRegistry(values, (r, config) => {
+        if (plan !== 'default') checkPlan(config, plan);
+        return r.setPlan(keyId, plan === 'default' ? null : plan);
+      });
+      if (json) printJson(key);
+      else process.stdout.write(`${key.id}: plan ${key.plan ?? 'default'}\n`);
       return 0;
     }
     default:

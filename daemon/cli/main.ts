@@ -18,6 +18,7 @@ Commands:
   probe            print the hardware facts the daemon sees
   scrub            replace personal data in text on stdin (IDs, Iqama, IBAN, cards)
   audit            provision the TPM signing key, export and verify the audit log
+  usage export     what each key used, per day and endpoint, for billing (CSV or JSON lines)
 
 Every command takes --help, and --json for machine-readable output.`;
 
@@ -34,6 +35,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   probe: async () => (await import('./models.js')).probeCommand,
   scrub: async () => (await import('./scrub.js')).scrubCommand,
   audit: async () => (await import('./audit.js')).auditCommand,
+  usage: async () => (await import('./usage.js')).usageCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {

@@ -88,6 +88,8 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     speech: { maxUploadBytes: 25 * 1024 * 1024, maxSeconds: 2 * 3600, ffmpeg: 'ffmpeg' },
     documents: { maxChunksPerDocument: 2000, maxDocumentsPerKnowledgeBase: 10_000, maxUploadBytes: 32 * 1024 * 1024, embeddingModel: null },
     images: { urlTtlSeconds: 3600 },
+    plans: {},
+    usage: { billingDays: 400 },
     audit: {
       signer: 'tpm',
       tcti: 'device:/dev/tpmrm0',
@@ -188,6 +190,13 @@ function postureRules(config: Config): string[] {
   if (!https && config.listen.host && !LOOPBACK.test(config.listen.host)) {
     problems.push(
       `the device posture listens on loopback only; 'listen.host' is '${config.listen.host}' (use the appliance posture to serve a network)`,
+    );
+  }
+  if (config.limits.defaultPlan !== undefined && !Object.hasOwn(config.plans, config.limits.defaultPlan)) {
+    const names = Object.keys(config.plans);
+    problems.push(
+      `'limits.defaultPlan' is '${config.limits.defaultPlan}', which 'plans' does not define` +
+        (names.length ? ` (plans: ${names.join(', ')})` : ''),
     );
   }
   if (config.limits.store === 'redis' && !config.limits.redis) {

@@ -22,7 +22,10 @@ export interface Config {
     defaultTpm: number;
     store: 'memory' | 'redis';
     redis?: { url: string; passwordFile?: string; keyPrefix?: string; timeoutMs?: number };
+    defaultPlan?: string;
   };
+  /** Named plans (cloud, frontier): the limits of a key on the plan that has none of its own. */
+  plans: Record<string, { rpm: number; tpm: number }>;
   timeouts: {
     requestMs: number;
     keepAliveMs: number;
@@ -46,6 +49,7 @@ export interface Config {
     embeddingModel: string | null;
   };
   images: { urlTtlSeconds: number };
+  usage: { billingDays: number };
   audit: {
     signer: 'tpm' | 'software';
     tcti: string;
@@ -125,6 +129,11 @@ export const configSchema = {
         maxInFlight: positiveInt('Concurrent /v1 calls before new ones get 503 server_overloaded.', 1, 100000),
         defaultRpm: positiveInt('Requests per minute for a key that has no limit of its own (cloud, frontier).'),
         defaultTpm: positiveInt('Tokens per minute for a key that has no limit of its own (cloud, frontier).'),
+        defaultPlan: {
+          type: 'string',
+          minLength: 1,
+          description: "The plan (a name in 'plans') of a key that has none; without it such a key gets defaultRpm and defaultTpm.",
+        },
         store: {
           enum: ['memory', 'redis'],
           description: 'Where per-key limits are kept: in this process (memory), or in Redis, shared exactly by every replica (redis).',
@@ -198,6 +207,29 @@ export const configSchema = {
           minLength: 1,
           description: 'The embeddings model that indexes documents; null: the first one served, if any.',
         },
+      },
+    },
+    plans: {
+      type: 'object',
+      description:
+        'Named plans of the metered postures, e.g. {"starter": {"rpm": 60, "tpm": 100000}}: a key\'s plan gives its limits unless the key has its own.',
+      propertyNames: { pattern: '^[a-z0-9][a-z0-9-]{0,31}$' },
+      maxProperties: 256,
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['rpm', 'tpm'],
+        properties: {
+          rpm: positiveInt('Requests per minute of a key on the plan.'),
+          tpm: positiveInt('Tokens per minute of a key on the plan.'),
+        },
+      },
+    },
+    usage: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        billingDays: positiveInt("Days of per-key daily usage kept for billing ('sovereign usage export').", 1, 3660),
       },
     },
     images: {

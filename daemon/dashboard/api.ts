@@ -14,7 +14,7 @@ import { isSovereign, usesTls, type Config } from '../config/index.js';
 import { ApiError } from '../errors/index.js';
 import { healthReport } from '../health/index.js';
 import { KeysError, type KeyView } from '../keys/index.js';
-import { Gcra } from '../limits/index.js';
+import { Gcra, planLimits } from '../limits/index.js';
 import { ScrubSession, noRedactions } from '../scrub/index.js';
 import type { PipelineDeps } from '../http/pipeline.js';
 import { cookieNames, parseCookies, serializeCookie } from './cookies.js';
@@ -127,21 +127,19 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
     ]);
   }
 
-  /** A key's own limits: an administrator sets any; an account may only lower them below the deployment's defaults. */
-  function checkLimits(user: UserRecord, rpm: number | null | undefined, tpm: number | null | undefined): void {
+  /** A key's own limits: an administrator sets any; an account may only set them at or below its plan's. */
+  function checkLimits(user: UserRecord, rpm: number | null | undefined, tpm: number | null | undefined, plan: string | null): void {
     if (user.role === 'admin') return;
-    for (const [name, value, ceiling] of [
-      ['rpm', rpm, config.limits.defaultRpm],
-      ['tpm', tpm, config.limits.defaultTpm],
+    const ceiling = planLimits(config, plan);
+    const of = ceiling.plan ? `the ${ceiling.plan} plan's limit` : "this deployment's default";
+    for (const [name, value, most] of [
+      ['rpm', rpm, ceiling.rpm],
+      ['tpm', tpm, ceiling.tpm],
     ] as const) {
-      if (typeof value === 'number' && value > ceiling) {
-        throw new ApiError(
-          'invalid_request_error',
-          `${name} may be at most ${ceiling} (this deployment's default); ask the operator for more.`,
-          {
-            param: name,
-          },
-        );
+      if (typeof value === 'number' && value > most) {
+        throw new ApiError('invalid_request_error', `${name} may be at most ${most} (${of}); ask the operator for more.`, {
+          param: name,
+        });
       }
     }
   }
@@ -329,7 +327,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const { user } = signedIn(request);
           const project = projectFor(user, request.body.project);
           const { name, rpm, tpm } = request.body;
-          checkLimits(user, rpm, tpm);
+          checkLimits(user, rpm, tpm, null);
           try {
             const created = keys.createKey({ project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) });
             request.log.info({ key: created.key.id, user: user.id }, 'key created in the dashboard');
@@ -390,8 +388,8 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         },
         async (request) => {
           const { user } = signedIn(request);
-          keyFor(user, request.params.id);
-          checkLimits(user, request.body.rpm, request.body.tpm);
+          const key = keyFor(user, request.params.id);
+          checkLimits(user, request.body.rpm, request.body.tpm, key.plan);
           try {
             return keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
           } catch (err) {

@@ -15,6 +15,8 @@ export interface CallContext {
   reservedTokens: number;
   /** Tokens the call really used, reported by the handler. */
   usedTokens: number | null;
+  /** Of those, the tokens the model generated (the rest are input). */
+  completionTokens: number;
   /** The engine's work for this call, once it started: usage is final only when it has settled. */
   engineWork: Promise<unknown> | null;
   /** The frontier provider (upstream name) the call was sent to, if any: its audit entry says it left the boundary. */
@@ -64,6 +66,7 @@ export function newCallContext(): CallContext {
     model: null,
     reservedTokens: 0,
     usedTokens: null,
+    completionTokens: 0,
     engineWork: null,
     leftBoundary: null,
     redactions: null,

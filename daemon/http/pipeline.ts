@@ -22,7 +22,7 @@ import { ScrubSession } from '../scrub/index.js';
 import type { AuditService } from '../audit/index.js';
 import type { DocumentLibrary } from '../documents/index.js';
 import type { KeyRegistry } from '../keys/index.js';
-import { LimiterUnavailableError, type InFlightGate, type KeyLimits, type KeyQuota } from '../limits/index.js';
+import { keyLimits, LimiterUnavailableError, type InFlightGate, type KeyLimits, type KeyQuota } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { EgressService } from '../egress/index.js';
@@ -99,11 +99,8 @@ export function identifyStage(deps: PipelineDeps): Stage {
 
 function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
   const principal = request.call.principal!;
-  return {
-    keyId: principal.keyId,
-    rpm: principal.rpm ?? config.limits.defaultRpm,
-    tpm: principal.tpm ?? config.limits.defaultTpm,
-  };
+  const { rpm, tpm } = keyLimits(config, principal);
+  return { keyId: principal.keyId, rpm, tpm };
 }
 
 /** Stages 2 to 8, for the /v1 routes. */

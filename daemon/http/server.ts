@@ -109,7 +109,18 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
       if (usage) {
         v1.addHook('onResponse', (request, reply, done) => {
           const principal = request.call.principal;
-          if (principal) usage.record(principal.keyId, request.routeOptions.url ?? 'unknown', reply.statusCode);
+          if (principal) {
+            const route = request.routeOptions.url ?? 'unknown';
+            usage.record(principal.keyId, route, reply.statusCode);
+            // Tokens are final once the engine has stopped (an abandoned call's engine reports after its response).
+            const call = request.call;
+            const tokens = () => {
+              if (call.usedTokens)
+                usage.recordTokens(principal.keyId, route, call.usedTokens - call.completionTokens, call.completionTokens);
+            };
+            if (call.engineWork) void call.engineWork.then(tokens, tokens);
+            else tokens();
+          }
           done();
         });
       }

@@ -23,9 +23,11 @@ export interface KeyRecord {
   previous?: { hash: Uint8Array; until: number };
   rotatedAt?: string;
   revokedAt?: string;
-  /** Own limits; absent means the configured default. */
+  /** Own limits; absent means the plan's, or the configured default. */
   rpm?: number;
   tpm?: number;
+  /** The plan (config `plans`) whose limits apply where the key has none of its own; absent: limits.defaultPlan. */
+  plan?: string;
 }
 
 /** What listings show of a key: never a hash. */
@@ -41,6 +43,7 @@ export interface KeyView {
   graceUntil: string | null;
   rpm: number | null;
   tpm: number | null;
+  plan: string | null;
   status: 'active' | 'revoked';
 }
 
@@ -126,7 +129,7 @@ export class KeyRegistry {
     return key;
   }
 
-  createKey(options: { project: string; name?: string; rpm?: number; tpm?: number }): { key: KeyView; secret: string } {
+  createKey(options: { project: string; name?: string; rpm?: number; tpm?: number; plan?: string }): { key: KeyView; secret: string } {
     checkLimit('rpm', options.rpm);
     checkLimit('tpm', options.tpm);
     const project = this.requireProject(options.project);
@@ -141,6 +144,7 @@ export class KeyRegistry {
       ...(options.name ? { name: options.name } : {}),
       ...(options.rpm !== undefined ? { rpm: options.rpm } : {}),
       ...(options.tpm !== undefined ? { tpm: options.tpm } : {}),
+      ...(options.plan !== undefined ? { plan: options.plan } : {}),
     };
     this.keys.putSync(id, record);
     return { key: this.view(record), secret };
@@ -203,6 +207,17 @@ export class KeyRegistry {
     });
   }
 
+  /** Puts the key on a plan, or (null) back on the default plan. The caller checks the plan exists in the config. */
+  setPlan(id: string, plan: string | null): KeyView {
+    return this.keys.transactionSync(() => {
+      const next: KeyRecord = { ...this.requireKey(id) };
+      if (plan === null) delete next.plan;
+      else next.plan = plan;
+      this.keys.putSync(id, next);
+      return this.view(next);
+    });
+  }
+
   /** The active key a presented secret belongs to, or null. Reads lmdb each time so CLI changes apply at once. */
   authenticate(secret: string, now = Date.now()): KeyRecord | null {
     const id = keyIdOf(secret);
@@ -230,6 +245,7 @@ export class KeyRegistry {
       graceUntil: record.previous && record.previous.until > Date.now() ? new Date(record.previous.until).toISOString() : null,
       rpm: record.rpm ?? null,
       tpm: record.tpm ?? null,
+      plan: record.plan ?? null,
       status: record.revokedAt ? 'revoked' : 'active',
     };
   }

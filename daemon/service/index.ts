@@ -90,8 +90,10 @@ export async function startDaemon(
     fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
     accounts: new Accounts(store),
     store,
-    usage: new UsageMeter(store, (err) =>
-      app.log.error({ err: err.message }, 'usage counts could not be written; they are kept for the next try'),
+    usage: new UsageMeter(
+      store,
+      (err) => app.log.error({ err: err.message }, 'usage counts could not be written; they are kept for the next try'),
+      config.usage.billingDays,
     ),
   };
   deps.usage!.start();

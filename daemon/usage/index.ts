@@ -1,7 +1,8 @@
-// Usage per key: calls, errors and rate-limit refusals per endpoint and minute, and when each key was last used, for
-// the dashboard's usage chart and key list. Counting is a map increment after the response has gone; the counts
-// reach lmdb every few seconds (and at close), so a crash loses at most those seconds of counts. The audit log, not
-// this, is the record of every call.
+// Usage per key: calls, errors, rate-limit refusals and tokens (input and generated) per endpoint, per minute for the
+// dashboard's usage chart (kept 30 days) and per day for billing (kept `usage.billingDays`, exported by `sovereign
+// usage export`), and when each key was last used. Counting is a map increment after the response has gone; the
+// counts reach lmdb every few seconds (and at close), so a crash loses at most those seconds of counts. The audit
+// log, not this, is the record of every call.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 
@@ -9,6 +10,22 @@ export interface UsageCounts {
   calls: number;
   errors: number;
   limited: number;
+  /** Absent in counts written before tokens were metered: read as 0. */
+  promptTokens?: number;
+  completionTokens?: number;
+}
+
+/** One key's use of one endpoint on one day (UTC), for billing. */
+export interface BillingRow {
+  /** YYYY-MM-DD. */
+  day: string;
+  key: string;
+  route: string;
+  calls: number;
+  errors: number;
+  limited: number;
+  promptTokens: number;
+  completionTokens: number;
 }
 
 export interface UsagePoint extends UsageCounts {
@@ -19,15 +36,19 @@ export interface UsagePoint extends UsageCounts {
 }
 
 const MINUTE = 60_000;
+const DAY = 24 * 60 * MINUTE;
 const FLUSH_MS = 5_000;
 /** Minutes of counts kept: 30 days. */
 const KEEP_MINUTES = 30 * 24 * 60;
 
-/** `minute|key|route`: the minute first, so a time range is one key range. */
+/** `minute|key|route` (or `day|key|route`): the time first, so a time range is one key range. */
 const bucketKey = (minute: number, key: string, route: string) => `${String(minute).padStart(10, '0')}|${key}|${route}`;
+/** The first possible key of a minute (or day): every bucket of it sorts after this, every earlier one before. */
+const rangeStart = (minute: number) => `${String(minute).padStart(10, '0')}|`;
 
 export class UsageMeter {
   private readonly counts: Database<UsageCounts, string>;
+  private readonly daily: Database<UsageCounts, string>;
   private readonly lastUsedDb: Database<number, string>;
   private pending = new Map<string, UsageCounts>();
   private readonly lastUsedAt = new Map<string, number>();
@@ -38,8 +59,11 @@ export class UsageMeter {
     store: Store,
     /** Told when counts could not be written (they are kept for the next try). */
     private readonly onError: (err: Error) => void = () => {},
+    /** Days of daily counts kept for billing. */
+    private readonly billingDays = 400,
   ) {
     this.counts = store.db<UsageCounts>('usage');
+    this.daily = store.db<UsageCounts>('usage-daily');
     this.lastUsedDb = store.db<number>('key-last-used');
   }
 
@@ -59,6 +83,39 @@ export class UsageMeter {
     this.lastUsedAt.set(key, now);
   }
 
+  /** Counts the tokens a call used, once its engine has stopped. */
+  recordTokens(key: string, route: string, prompt: number, completion: number, now = Date.now()): void {
+    const id = bucketKey(Math.floor(now / MINUTE), key, route);
+    let counts = this.pending.get(id);
+    if (!counts) this.pending.set(id, (counts = { calls: 0, errors: 0, limited: 0 }));
+    counts.promptTokens = (counts.promptTokens ?? 0) + Math.max(0, prompt);
+    counts.completionTokens = (counts.completionTokens ?? 0) + Math.max(0, completion);
+  }
+
+  /**
+   * Daily counts per key and endpoint for the days from `fromDay` to `toDay` (YYYY-MM-DD, both included), as lmdb
+   * holds them: what this process has not flushed yet (the last few seconds) is not in them.
+   */
+  billing(fromDay: string, toDay: string): BillingRow[] {
+    const from = Math.floor(Date.parse(`${fromDay}T00:00:00Z`) / DAY);
+    const to = Math.floor(Date.parse(`${toDay}T00:00:00Z`) / DAY);
+    const rows: BillingRow[] = [];
+    for (const { key: id, value } of this.daily.getRange({ start: rangeStart(from), end: rangeStart(to + 1) })) {
+      const [day, key, route] = id.split('|') as [string, string, string];
+      rows.push({
+        day: new Date(Number(day) * DAY).toISOString().slice(0, 10),
+        key,
+        route,
+        calls: value.calls,
+        errors: value.errors,
+        limited: value.limited,
+        promptTokens: value.promptTokens ?? 0,
+        completionTokens: value.completionTokens ?? 0,
+      });
+    }
+    return rows;
+  }
+
   lastUsed(key: string): string | null {
     const at = this.lastUsedAt.get(key) ?? this.lastUsedDb.get(key);
     return at === undefined ? null : new Date(at).toISOString();
@@ -67,8 +124,7 @@ export class UsageMeter {
   /** Counts per minute for the given keys since `fromMs` (the last minutes may still be in memory). */
   series(keys: Set<string>, fromMs: number): UsagePoint[] {
     const merged = new Map<string, UsageCounts>();
-    for (const { key, value } of this.counts.getRange({ start: bucketKey(Math.floor(fromMs / MINUTE), '', '') }))
-      merged.set(key, { ...value });
+    for (const { key, value } of this.counts.getRange({ start: rangeStart(Math.floor(fromMs / MINUTE)) })) merged.set(key, { ...value });
     for (const [id, counts] of this.pending) {
       const total = merged.get(id);
       if (total) add(total, counts);
@@ -98,10 +154,17 @@ export class UsageMeter {
           for (const [id, counts] of batch) {
             const stored = this.counts.get(id);
             void this.counts.put(id, stored ? add({ ...stored }, counts) : counts);
+            // The same counts, added to their day's (the minute's index times 60 s falls in exactly one day).
+            const [minute, key, route] = id.split('|') as [string, string, string];
+            const dayId = bucketKey(Math.floor((Number(minute) * MINUTE) / DAY), key, route);
+            const day = this.daily.get(dayId);
+            void this.daily.put(dayId, day ? add({ ...day }, counts) : { ...counts });
           }
           for (const [key, at] of lastUsed) void this.lastUsedDb.put(key, at);
-          const horizon = bucketKey(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES, '', '');
+          const horizon = rangeStart(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES);
           for (const id of [...this.counts.getKeys({ end: horizon })]) void this.counts.remove(id);
+          const billingHorizon = rangeStart(Math.floor(Date.now() / DAY) - this.billingDays);
+          for (const id of [...this.daily.getKeys({ end: billingHorizon })]) void this.daily.remove(id);
         });
       } catch (err) {
         for (const [id, counts] of batch) {
@@ -125,5 +188,9 @@ function add(into: UsageCounts, from: UsageCounts): UsageCounts {
   into.calls += from.calls;
   into.errors += from.errors;
   into.limited += from.limited;
+  if (from.promptTokens || from.completionTokens) {
+    into.promptTokens = (into.promptTokens ?? 0) + (from.promptTokens ?? 0);
+    into.completionTokens = (into.completionTokens ?? 0) + (from.completionTokens ?? 0);
+  }
   return into;
 }

@@ -184,7 +184,10 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
       const signal = abortOnDisconnect(request, reply);
-      const onUsage = (u: Usage) => (request.call.usedTokens = u.promptTokens + u.completionTokens);
+      const onUsage = (u: Usage) => {
+        request.call.usedTokens = u.promptTokens + u.completionTokens;
+        request.call.completionTokens = u.completionTokens;
+      };
       const scrubbing = answerScrubbing(deps, request);
       if (request.body.stream) {
         const record = (sha: string, status: number) => recordCall(deps, request, status, sha);

@@ -297,7 +297,14 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
       const work = engine.chat(
         model.id,
         { messages: prompt.messages, maxTokens: answerTokens, temperature: 0.2 },
-        { onText: () => {}, signal, onUsage: (u) => (request.call.usedTokens = u.promptTokens + u.completionTokens) },
+        {
+          onText: () => {},
+          signal,
+          onUsage: (u) => {
+            request.call.usedTokens = u.promptTokens + u.completionTokens;
+            request.call.completionTokens = u.completionTokens;
+          },
+        },
       );
       startedEngineWork(request.call, model, work);
       const answered = await work;

@@ -1,0 +1,171 @@
+// The cloud posture's plans and metering: a key's limits come from its own values, else its plan's, else the
+// default plan's (config `plans`, limits.defaultPlan); every call's use (calls, errors, rate-limit refusals, input
+// and generated tokens, per endpoint) is kept per key and day, and `sovereign usage export` writes it for billing.
+// Calls go through the daemon to a small local OpenAI-shaped upstream that reports fixed usage.
+import http from 'node:http';
+import { readFileSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import t from 'tap';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
+import { selfSignedCert } from './helpers/tls.js';
+
+const upstream = http.createServer((req, res) => {
+  req.resume();
+  req.on('end', () => {
+    res.setHeader('content-type', 'application/json');
+    if (req.method === 'GET') return res.end(JSON.stringify({ data: [{ id: 'm' }, { id: 'e' }] }));
+    if (req.url === '/v1/embeddings') {
+      return res.end(JSON.stringify({ data: [{ index: 0, embedding: [1, 0] }], usage: { prompt_tokens: 5, total_tokens: 5 } }));
+    }
+    res.end(
+      JSON.stringify({
+        choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 },
+      }),
+    );
+  });
+});
+await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+t.teardown(() => upstream.close());
+
+const dir = tempDir(t);
+const tls = selfSignedCert(dir);
+const dataDir = join(dir, 'data');
+const settings = {
+  posture: 'cloud',
+  region: 'sa-riyadh-1',
+  listen: { host: '127.0.0.1', port: 0 },
+  tls: { cert: tls.cert, key: tls.key },
+  dataDir,
+  plans: { starter: { rpm: 3, tpm: 100_000 }, business: { rpm: 1000, tpm: 1_000_000 } },
+  limits: { defaultPlan: 'starter' },
+  upstreams: [
+    {
+      name: 'rack',
+      baseUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`,
+      models: [
+        { id: 'chat', upstreamModel: 'm', capability: 'chat' },
+        { id: 'embed', upstreamModel: 'e', capability: 'embeddings' },
+      ],
+    },
+  ],
+};
+const config = join(dir, 'cloud.json');
+writeFileSync(config, JSON.stringify(settings));
+const withConfig = ['--config', config];
+const onStarter = createKey(dataDir, 'retail', withConfig);
+const onBusiness = createKey(dataDir, 'treasury', [...withConfig, '--plan', 'business']);
+const ownLimit = createKey(dataDir, 'treasury', [...withConfig, '--plan', 'business', '--rpm', '5']);
+const daemon = await startDaemon(t, withConfig);
+const call = (secret: string, path = '/models', body?: unknown) =>
+  request(`${daemon.baseURL}${path}`, {
+    method: body ? 'POST' : 'GET',
+    headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+    ca: tls.ca,
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  });
+for (const until = Date.now() + 10_000; Date.now() < until;) {
+  const listed = (await call(onBusiness.secret)).json.data?.length ?? 0;
+  if (listed === 2) break;
+  await new Promise((resolve) => setTimeout(resolve, 100));
+}
+
+t.test("limits come from the key's own values, else its plan, else the default plan", async (t) => {
+  const starter = [];
+  for (let i = 0; i < 4; i++) starter.push(await call(onStarter.secret));
+  t.same(
+    starter.map((r) => r.status),
+    [200, 200, 200, 429],
+    'a key with no plan is on the default plan (starter: 3 a minute)',
+  );
+  t.equal(starter[0].headers['x-ratelimit-limit-requests'], '3');
+  t.equal((await call(onBusiness.secret)).headers['x-ratelimit-limit-requests'], '1000', 'a key on business');
+  t.equal((await call(ownLimit.secret)).headers['x-ratelimit-limit-requests'], '5', 'its own limit before its plan’s');
+  t.equal((await call(ownLimit.secret)).headers['x-ratelimit-limit-tokens'], '1000000', 'and its plan’s token limit');
+
+  const moved = cli(['keys', 'plan', onStarter.id, 'business', ...withConfig, '--json']);
+  t.equal(moved.code, 0, moved.stderr);
+  t.equal(moved.json.plan, 'business');
+  const after = await call(onStarter.secret);
+  t.equal(after.status, 200, 'moved to a larger plan, the key is admitted at once');
+  t.equal(after.headers['x-ratelimit-limit-requests'], '1000');
+  t.equal(cli(['keys', 'plan', onStarter.id, 'default', ...withConfig, '--json']).json.plan, null, 'and back to the default');
+
+  const unknown = cli(['keys', 'create', '--project', 'retail', '--plan', 'gold', ...withConfig]);
+  t.equal(unknown.code, 2);
+  t.match(unknown.stderr, /no plan 'gold' in the config's 'plans' \(plans: starter, business\)/);
+  const list = cli(['keys', 'list', ...withConfig]);
+  t.match(list.stdout, /PLAN[\s\S]*business/, 'keys list shows plans');
+});
+
+t.test('config: the default plan must be defined', async (t) => {
+  const file = join(dir, 'bad.json');
+  writeFileSync(file, JSON.stringify({ ...settings, limits: { defaultPlan: 'platinum' } }));
+  const checked = cli(['config', 'check', '--config', file]);
+  t.equal(checked.code, 1);
+  t.match(
+    checked.stdout + checked.stderr,
+    /'limits.defaultPlan' is 'platinum', which 'plans' does not define \(plans: starter, business\)/,
+  );
+});
+
+t.test('usage is metered per key, endpoint and day, and exported for billing', async (t) => {
+  for (let i = 0; i < 2; i++) {
+    t.equal(
+      (await call(onBusiness.secret, '/chat/completions', { model: 'chat', messages: [{ role: 'user', content: 'hi' }] })).status,
+      200,
+    );
+  }
+  t.equal((await call(onBusiness.secret, '/embeddings', { model: 'embed', input: 'hello' })).status, 200);
+  t.equal((await call(onBusiness.secret, '/chat/completions', { model: 'nope', messages: [{ role: 'user', content: 'x' }] })).status, 404);
+  // Counts reach the store every 5 s and at shutdown.
+  await daemon.stop();
+
+  const today = new Date().toISOString().slice(0, 10);
+  const exported = cli(['usage', 'export', '--format', 'jsonl', ...withConfig]);
+  t.equal(exported.code, 0, exported.stderr);
+  const rows = exported.stdout
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as Record<string, string | number>);
+  const business = rows.filter((r) => r.key === onBusiness.id);
+  const chat = business.find((r) => r.endpoint === '/v1/chat/completions')!;
+  t.match(chat, {
+    day: today,
+    project_name: 'treasury',
+    plan: 'business',
+    requests: 3,
+    errors: 1,
+    rate_limited: 0,
+    prompt_tokens: 22,
+    completion_tokens: 14,
+  });
+  t.match(
+    business.find((r) => r.endpoint === '/v1/embeddings'),
+    { requests: 1, prompt_tokens: 5, completion_tokens: 0 },
+  );
+  t.match(
+    business.find((r) => r.endpoint === '/v1/models'),
+    { prompt_tokens: 0, completion_tokens: 0 },
+  );
+  const starter = rows.find((r) => r.key === onStarter.id && r.endpoint === '/v1/models');
+  t.match(starter, { requests: 5, rate_limited: 1, plan: 'starter', project_name: 'retail' }, 'refusals are counted too');
+
+  const csvFile = join(dir, 'billing.csv');
+  const csv = cli(['usage', 'export', '--project', 'treasury', '--from', today, '--to', today, '--out', csvFile, ...withConfig]);
+  t.equal(csv.code, 0, csv.stderr);
+  const lines = readFileSync(csvFile, 'utf8').trim().split('\n');
+  t.equal(lines[0], 'day,project,project_name,key,key_name,plan,endpoint,requests,errors,rate_limited,prompt_tokens,completion_tokens');
+  t.ok(lines.length > 1 && lines.slice(1).every((l) => l.includes(',treasury,')), `only the project asked for: ${lines.join(' / ')}`);
+  t.notOk(lines.some((l) => l.includes(onStarter.id)));
+
+  t.equal(cli(['usage', 'export', '--from', '2026-13-01', ...withConfig]).code, 2, 'a bad day is a usage error');
+  const unknownProject = cli(['usage', 'export', '--project', 'nobody', ...withConfig]);
+  t.not(unknownProject.code, 0);
+  t.match(unknownProject.stderr, /nobody/);
+  const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+  const none = cli(['usage', 'export', '--from', yesterday, '--to', yesterday, '--format', 'jsonl', ...withConfig]);
+  t.equal(none.stdout.trim(), '', 'no rows for a day without calls');
+});
