@@ -83,6 +83,28 @@ const fake = http.createServer((req, res) => {
       setTimeout(() => res.socket?.destroy(), 50);
       return;
     }
+    if (last === 'stall') {
+      // Two pieces, then silence past the upstream's timeoutMs (1 s here); the connection stays open.
+      res.write(chunk({ role: 'assistant', content: '' }));
+      res.write(chunk({ content: 'the first words ' }));
+      setTimeout(() => res.socket?.destroy(), 5000);
+      return;
+    }
+    if (last === 'trickle') {
+      // Slow but steady: a piece every 300 ms (each gap under timeoutMs), with the time it was sent.
+      let i = 0;
+      const timer = setInterval(() => {
+        if (i < 5) {
+          res.write(chunk({ content: `<${Date.now()}> ` }));
+          i++;
+          return;
+        }
+        clearInterval(timer);
+        res.write(chunk({}, 'stop'));
+        res.end('data: [DONE]\n\n');
+      }, 300);
+      return;
+    }
     if (last === 'tools') {
       res.write(
         chunk({
@@ -459,6 +481,41 @@ t.test('upstream failures map to our errors and never show the upstream’s deta
 
   // Every failure above was audited with its status.
   for (const r of [refused, crashed, busy, slow, down]) t.ok(r.headers.get('x-audit-leaf'), `${r.status} has an audit leaf`);
+});
+
+t.test('slow streams: a steady one is passed on piece by piece; one that goes silent ends with an error', async (t) => {
+  const stream = await client.chat.completions.create({
+    model: 'fake-chat',
+    stream: true,
+    messages: [{ role: 'user', content: 'trickle' }],
+  });
+  const lags: number[] = [];
+  let text = '';
+  for await (const chunk of stream) {
+    const piece = chunk.choices[0]?.delta.content ?? '';
+    text += piece;
+    const sent = /<(\d+)>/.exec(piece);
+    if (sent) lags.push(Date.now() - Number(sent[1]));
+  }
+  t.equal((text.match(/<\d+>/g) ?? []).length, 5, 'every piece arrived');
+  t.ok(
+    lags.length >= 4 && lags.every((lag) => lag < 250),
+    `each piece reached the client soon after the upstream sent it (lags ${lags.join(', ')} ms), not at the end`,
+  );
+
+  const started = Date.now();
+  const stalled = await request(`${cloud.baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: auth,
+    ca: tls.ca,
+    body: JSON.stringify({ model: 'fake-chat', stream: true, messages: [{ role: 'user', content: 'stall' }] }),
+  });
+  const waited = Date.now() - started;
+  t.equal(stalled.status, 200);
+  t.match(stalled.text, /"content":"the first words "/, 'what was sent stays sent');
+  t.match(stalled.text, /"code":"internal_error"/, 'then an error event');
+  t.match(stalled.text, /data: \[DONE\]\n\n$/);
+  t.ok(waited >= 900 && waited < 4000, `ended by the upstream's timeoutMs (1 s), not by the upstream (${waited} ms)`);
 });
 
 t.test('a client that gives up before its answer is logged as gone, not as a failure of the daemon', async (t) => {
