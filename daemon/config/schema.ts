@@ -145,8 +145,8 @@ export const configSchema = {
           properties: {
             url: {
               type: 'string',
-              pattern: '^rediss?://[^\\s@]+$',
-              description: 'The Redis server, e.g. redis://10.0.0.9:6379/0 (rediss:// for TLS); no credentials in it.',
+              pattern: '^rediss?://[^\\s@?#]+$',
+              description: 'The Redis server, e.g. redis://10.0.0.9:6379/0 (rediss:// for TLS); no credentials or query in it.',
             },
             passwordFile: { type: 'string', minLength: 1, description: 'File holding the Redis password (read at start; never logged).' },
             keyPrefix: { type: 'string', pattern: '^[A-Za-z0-9:_.-]{1,64}$', description: "Prefix of this deployment's keys in Redis." },

@@ -122,6 +122,8 @@ export interface ImageResult {
   images: Buffer[];
   /** Prompt tokens, when the engine reports them. */
   promptTokens: number | null;
+  /** Generated (image) tokens, when the engine reports them. */
+  completionTokens: number | null;
 }
 
 export interface ImageEngine {

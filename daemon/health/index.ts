@@ -20,8 +20,10 @@ export interface HealthReport {
     capability: string;
     readiness: Readiness;
     upstream?: string;
-    /** false for a frontier provider's model: calls to it leave the sovereign boundary. */
+    /** false on the frontier posture (every model there is labelled non-sovereign). */
     sovereign?: boolean;
+    /** true for a frontier provider's model: calls to it leave the sovereign boundary. */
+    frontier?: boolean;
     detail?: string;
     busy?: number;
     waiting?: number;
@@ -57,7 +59,9 @@ export function healthReport(sources: HealthSources): HealthReport {
     capability: m.capability,
     readiness: m.readiness,
     ...(m.upstream ? { upstream: m.upstream } : {}),
-    ...(m.frontier ? { sovereign: false } : {}),
+    // On the frontier posture every answer is labelled non-sovereign (X-Sovereign: false, /v1/models), so is every model.
+    ...(m.frontier || !isSovereign(config.posture) ? { sovereign: false } : {}),
+    ...(m.frontier ? { frontier: true } : {}),
     ...(m.detail ? { detail: m.detail } : {}),
     ...(engines.queueState(m.id) ?? {}),
   }));

@@ -50,11 +50,17 @@ export class KeyLimits {
     private readonly log?: Log,
   ) {}
 
+  /** When a failed decision was last logged: while the store is down every call fails, and one line a minute says so. */
+  private lastFailureLogged = 0;
+
   private async decide(change: Bucket, cost: number, other: Bucket, now: number | undefined): Promise<PairDecision> {
     try {
       return await this.store.consume(change, cost, other, now);
     } catch (err) {
-      this.log?.warn({ err: (err as Error).message }, 'a rate-limit decision failed');
+      if (Date.now() - this.lastFailureLogged >= 60_000) {
+        this.lastFailureLogged = Date.now();
+        this.log?.warn({ err: (err as Error).message }, 'rate-limit decisions are failing; calls get 503 until the limiter answers');
+      }
       throw LIMITER_UNAVAILABLE();
     }
   }

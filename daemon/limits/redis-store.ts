@@ -87,44 +87,56 @@ function redisKey(prefix: string, bucket: string): string {
 
 export class RedisLimitStore implements LimitStore {
   readonly kind = 'redis';
-  private readonly redis: Redis & GcraCommand;
+  private redis: (Redis & GcraCommand) | null = null;
   private lastError: string | null = 'connecting';
 
   constructor(
     private readonly options: RedisLimitOptions,
     private readonly log: Log,
-  ) {
-    const password = options.passwordFile ? readFileSync(options.passwordFile, 'utf8').trim() : undefined;
-    this.redis = new Redis(options.url, {
+  ) {}
+
+  /**
+   * Connects; resolves whether or not the connection succeeded (the client keeps trying, and health says so). Throws
+   * only when the password file cannot be read: a configuration error, for the start to report.
+   */
+  async start(): Promise<void> {
+    let password: string | undefined;
+    if (this.options.passwordFile) {
+      try {
+        password = readFileSync(this.options.passwordFile, 'utf8').trim();
+      } catch (err) {
+        throw new Error(
+          `cannot read limits.redis.passwordFile '${this.options.passwordFile}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+        );
+      }
+    }
+    const redis = new Redis(this.options.url, {
       ...(password ? { password } : {}),
       lazyConnect: true,
       // Fail at once while disconnected (the call gets 503), rather than queueing calls behind a dead connection.
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
-      commandTimeout: options.timeoutMs,
-      connectTimeout: Math.max(options.timeoutMs, 1000),
+      commandTimeout: this.options.timeoutMs,
+      connectTimeout: Math.max(this.options.timeoutMs, 1000),
       retryStrategy: (times) => Math.min(100 * times, 2000),
     }) as Redis & GcraCommand;
-    this.redis.defineCommand('sovereignGcra', { numberOfKeys: 2, lua: GCRA_SCRIPT });
-    this.redis.on('ready', () => {
+    redis.defineCommand('sovereignGcra', { numberOfKeys: 2, lua: GCRA_SCRIPT });
+    redis.on('ready', () => {
       if (this.lastError) this.log.info({ limiter: 'redis' }, 'the shared rate limiter is connected');
       this.lastError = null;
     });
-    this.redis.on('close', () => {
+    redis.on('close', () => {
       if (!this.lastError) this.log.warn({ limiter: 'redis' }, 'the connection to the shared rate limiter closed');
       this.lastError ??= 'the connection closed';
     });
-    this.redis.on('error', (err: Error) => {
+    redis.on('error', (err: Error) => {
       const message = (err as NodeJS.ErrnoException).code ?? err.message;
       if (this.lastError !== message) this.log.warn({ limiter: 'redis', err: message }, 'the shared rate limiter is not reachable');
       this.lastError = message;
     });
-  }
-
-  /** Connects; resolves whether or not it succeeded (the client keeps trying, and health says so). */
-  async start(): Promise<void> {
+    this.redis = redis;
     try {
-      await this.redis.connect();
+      await redis.connect();
     } catch {
       // Reported by the 'error' handler; the retry strategy goes on.
     }
@@ -143,10 +155,11 @@ export class RedisLimitStore implements LimitStore {
   }
 
   async close(): Promise<void> {
-    this.redis.disconnect();
+    this.redis?.disconnect();
   }
 
   private async run(change: Bucket, cost: number, other: Bucket, mode: 'consume' | 'adjust'): Promise<PairDecision> {
+    if (!this.redis) throw new Error('the shared rate limiter is not started');
     const prefix = this.options.keyPrefix;
     const [allowed, remaining, reset, retry, otherRemaining, otherReset] = await this.redis.sovereignGcra(
       redisKey(prefix, change.name),

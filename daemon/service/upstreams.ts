@@ -68,6 +68,13 @@ export function startUpstreams(options: {
   const created = Math.floor(Date.now() / 1000);
   const clients: UpstreamClient[] = [];
   const monitors: UpstreamMonitor[] = [];
+  const monitorOf = new Map<string, UpstreamMonitor>();
+  // An embeddings model whose vectors changed width (another model behind the same name) is withdrawn and learned
+  // again at the next check.
+  embeddings.onWidthChanged = (modelId) => {
+    catalog.update(modelId, { readiness: 'loading', detail: 'its vectors changed width; learning it again' });
+    monitorOf.get(modelId)?.checkSoon();
+  };
   const closing = new AbortController();
 
   config.upstreams.forEach((upstream, i) => {
@@ -108,8 +115,10 @@ export function startUpstreams(options: {
       });
     }
     const learning = new Set<string>();
+    // `monitor` is made just below; `current` reads its latest status once a width has been learned.
+    const current = () => monitor.status;
     const follow = (status: UpstreamStatus) =>
-      followStatus(upstream, status, { catalog, embeddings, learning, signal: closing.signal, log });
+      followStatus(upstream, status, { catalog, embeddings, learning, current, signal: closing.signal, log });
     const monitor = new UpstreamMonitor(
       client,
       upstream.healthIntervalMs ?? UPSTREAM_DEFAULTS.healthIntervalMs,
@@ -118,6 +127,7 @@ export function startUpstreams(options: {
       log,
     );
     client.onUnreachable = () => monitor.checkSoon();
+    for (const model of upstream.models) monitorOf.set(model.id, monitor);
     monitors.push(monitor);
     log.info({ upstream: upstream.name, models: upstream.models.length }, 'upstream routed');
   });
@@ -140,6 +150,8 @@ function followStatus(
     catalog: ModelCatalog;
     embeddings: UpstreamEmbeddingEngine;
     learning: Set<string>;
+    /** The upstream's latest status (a check may have ended while the width was being learned). */
+    current: () => UpstreamStatus;
     signal: AbortSignal;
     log: FastifyBaseLogger;
   },
@@ -158,7 +170,11 @@ function followStatus(
       embeddings
         .learn(model.id, AbortSignal.any([context.signal, AbortSignal.timeout(30_000)]))
         .then(
-          () => catalog.update(model.id, { readiness: 'ready' }),
+          () => {
+            // Listed only if the upstream still answers and names it; otherwise the latest check has decided.
+            const now = context.current();
+            if (now.answering && now.served.has(name)) catalog.update(model.id, { readiness: 'ready' });
+          },
           (err: Error) => {
             if (context.signal.aborted) return;
             context.log.warn(

@@ -7,7 +7,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
-import { callUpstream, type FailedCall } from './errors.js';
+import { callUpstream, readJson, type FailedCall } from './errors.js';
 import { SseReader } from './sse.js';
 
 export interface UpstreamRoute {
@@ -125,6 +125,8 @@ export class UpstreamChatEngine implements ChatEngine {
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
     let pieces = 0;
     let usage: Usage | null = null;
+    /** The upstream took the call (a 200 arrived): only then may it have used tokens. */
+    let taken = false;
     this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
     try {
       const result = await callUpstream(
@@ -132,10 +134,11 @@ export class UpstreamChatEngine implements ChatEngine {
         options.signal,
         () => route.client.post('/chat/completions', body, options.signal),
         async (response) => {
+          taken = true;
           options.onStart?.();
           const type = String(response.headers['content-type'] ?? '');
           if (type.startsWith('text/event-stream')) return this.readStream(response, call, request, options, (n) => (pieces = n));
-          const whole = this.fromCompletion((await response.body.json()) as Completion, request);
+          const whole = this.fromCompletion(await readJson<Completion>(response, 16 * 1024 * 1024), request);
           // An upstream that answered a stream request in one piece: its text is still handed on as it is.
           if (stream && whole.content) options.onText(whole.content);
           return whole;
@@ -145,7 +148,8 @@ export class UpstreamChatEngine implements ChatEngine {
       return result;
     } finally {
       this.busy.set(modelId, this.busy.get(modelId)! - 1);
-      options.onUsage?.(usage ?? estimatedUsage(request, pieces));
+      // A call the upstream never took used nothing: its reservation is given back and nothing is billed.
+      options.onUsage?.(usage ?? (taken ? estimatedUsage(request, pieces) : { promptTokens: 0, completionTokens: 0 }));
     }
   }
 

@@ -56,6 +56,12 @@ function backoffMs(attempt: number): number {
 export class UpstreamClient {
   readonly name: string;
   private readonly pool: Pool;
+  /**
+   * One connection of its own for health checks and the test call that learns an embeddings model's width: behind
+   * the calls' pool they would wait for a free connection while long streams hold them all, and a busy upstream
+   * would look down.
+   */
+  private readonly probes: Pool;
   /** The base URL's path without its trailing slash, e.g. '/v1'. */
   private readonly basePath: string;
   private readonly origin: string;
@@ -83,6 +89,14 @@ export class UpstreamClient {
       connectTimeout: Math.min(target.timeoutMs, 10_000),
       keepAliveTimeout: 30_000,
     });
+    this.probes = new Pool(url.origin, {
+      connections: 1,
+      pipelining: 1,
+      headersTimeout: target.timeoutMs,
+      bodyTimeout: target.timeoutMs,
+      connectTimeout: Math.min(target.timeoutMs, 10_000),
+      keepAliveTimeout: 30_000,
+    });
     this.plainHeaders = {
       accept: 'application/json, text/event-stream',
       ...(target.apiKey ? { authorization: `Bearer ${target.apiKey}` } : {}),
@@ -90,9 +104,13 @@ export class UpstreamClient {
     this.jsonHeaders = { 'content-type': 'application/json', ...this.plainHeaders };
   }
 
-  /** POSTs a JSON body to `path` under the base URL. Rejects only when no response arrived (any status resolves). */
-  post(path: string, body: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.send({ method: 'POST', path: this.basePath + path, headers: this.jsonHeaders, body, signal });
+  /**
+   * POSTs a JSON body to `path` under the base URL. Rejects only when no response arrived (any status resolves).
+   * `probe`: sent on the probes' own connection, once (a test call, not a client's).
+   */
+  post(path: string, body: string, signal: AbortSignal, options: { probe?: boolean } = {}): Promise<UpstreamResponse> {
+    const request = { method: 'POST', path: this.basePath + path, headers: this.jsonHeaders, body, signal } as const;
+    return options.probe ? this.probes.request(request) : this.send(request);
   }
 
   /** POSTs a multipart form (made fresh for each try: a form's body can be read once). */
@@ -100,9 +118,9 @@ export class UpstreamClient {
     return this.send({ method: 'POST', path: this.basePath + path, headers: this.plainHeaders, body: form, signal });
   }
 
-  /** GETs `path` under the base URL, once (health checks have their own schedule). */
+  /** GETs `path` under the base URL, once, on the probes' connection (health checks have their own schedule). */
   get(path: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.pool.request({ method: 'GET', path: this.basePath + path, headers: this.plainHeaders, signal });
+    return this.probes.request({ method: 'GET', path: this.basePath + path, headers: this.plainHeaders, signal });
   }
 
   /**
@@ -174,7 +192,7 @@ export class UpstreamClient {
     }
   }
 
-  close(): Promise<void> {
-    return this.pool.close();
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.probes.close()]);
   }
 }

@@ -6,7 +6,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { EmbeddingEngine, EmbeddingResult, QueueState } from '../index.js';
 import type { UpstreamClient } from './client.js';
-import { callUpstream, type FailedCall } from './errors.js';
+import { callUpstream, readJson, type FailedCall } from './errors.js';
 
 export interface UpstreamEmbeddingRoute {
   client: UpstreamClient;
@@ -35,6 +35,9 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
   private readonly busy = new Map<string, number>();
   private readonly sizes = new Map<string, number>();
 
+  /** Told when a model's vectors changed width (the service withdraws it until its width is learned again). */
+  onWidthChanged: (modelId: string) => void = () => {};
+
   constructor(
     private readonly routes: ReadonlyMap<string, UpstreamEmbeddingRoute>,
     private readonly log: FastifyBaseLogger,
@@ -47,7 +50,7 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
 
   /** Learns the model's width from a one-word call. */
   async learn(modelId: string, signal: AbortSignal): Promise<void> {
-    const result = await this.embed(modelId, ['.'], signal);
+    const result = await this.send(modelId, ['.'], signal, true);
     this.sizes.set(modelId, result.vectors[0]!.length);
   }
 
@@ -59,7 +62,12 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
     return { size, shortenable: this.routes.get(modelId)?.shortenable ?? false };
   }
 
-  async embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult> {
+  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult> {
+    return this.send(modelId, inputs, signal, false);
+  }
+
+  /** `probe`: the test call that learns the width, sent on the upstream's probe connection. */
+  private async send(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, probe: boolean): Promise<EmbeddingResult> {
     const route = this.routes.get(modelId);
     if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
@@ -69,9 +77,9 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
       return await callUpstream(
         call,
         signal,
-        () => route.client.post('/embeddings', body, signal),
+        () => route.client.post('/embeddings', body, signal, { probe }),
         async (response) => {
-          const list = (await response.body.json()) as EmbeddingList;
+          const list = await readJson<EmbeddingList>(response, 256 * 1024 * 1024);
           if (!Array.isArray(list.data) || list.data.length !== inputs.length) {
             throw new Error(`the upstream returned ${list.data?.length ?? 'no'} embeddings for ${inputs.length} inputs`);
           }
@@ -84,7 +92,12 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
           const width = vectors[0]!.length;
           if (!width || vectors.some((v) => v.length !== width)) throw new Error('the upstream’s embeddings differ in width');
           const known = this.sizes.get(modelId);
-          if (known !== undefined && known !== width) throw new Error(`the upstream’s embeddings changed width from ${known} to ${width}`);
+          if (known !== undefined && known !== width) {
+            // The upstream serves another model under that name now: its width is learned again before it is listed.
+            this.sizes.delete(modelId);
+            this.onWidthChanged(modelId);
+            throw new Error(`the upstream’s embeddings changed width from ${known} to ${width}`);
+          }
           const reported = list.usage?.prompt_tokens;
           // Without a count from the upstream, bytes bound tokens from above (as for chat).
           const promptTokens =

@@ -21,9 +21,12 @@ function retryAfterOf(response: UpstreamResponse): string {
   return Number.isFinite(seconds) && seconds >= 1 && seconds <= 3600 ? String(Math.ceil(seconds)) : '2';
 }
 
-/** URLs and IP addresses (with a port): where the upstream lives is not the client's business. */
+/**
+ * URLs, IP addresses, host names with a port, and file paths: where the upstream lives and how its disks are laid out
+ * is not the client's business.
+ */
 const ADDRESSES =
-  /\b[a-z][a-z0-9+.-]*:\/\/\S+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?|(?<![\w:])[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:])/gi;
+  /\b[a-z][a-z0-9+.-]*:\/\/\S+|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]+\](?::\d+)?|(?<![\w:])[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?(?![\w:])|\b(?=[a-z0-9.-]*[a-z])[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9-]+)*:\d{2,5}\b|(?<![\w.])(?:~|\.{1,2})?(?:\/[\w.@+-]+){2,}\/?/gi;
 
 /**
  * The upstream's own message for a refused request, if it has OpenAI's shape: its model name replaced by ours, and
@@ -59,7 +62,7 @@ export async function refused(response: UpstreamResponse, call: FailedCall): Pro
   const status = response.statusCode;
   let text = '';
   try {
-    text = await response.body.text();
+    text = (await readBody(response, 64 * 1024)).toString('utf8');
   } catch {
     // The status alone decides.
   }
@@ -72,7 +75,7 @@ export async function refused(response: UpstreamResponse, call: FailedCall): Pro
       `The server behind '${modelId}' refused the request as invalid${message ? `: ${message}` : '.'} Change the request and retry.`,
     );
   }
-  if (status === 429 || status === 503) {
+  if (status === 429 || status === 502 || status === 503 || status === 504) {
     return new ApiError(
       'server_overloaded',
       `The server behind '${modelId}' is at capacity. Retry after the number of seconds in Retry-After.`,
@@ -91,9 +94,39 @@ export async function refused(response: UpstreamResponse, call: FailedCall): Pro
   return new ApiError('internal_error', `The server behind '${modelId}' failed (status ${status}). Retry the request.`);
 }
 
+/**
+ * A response body, at most `maxBytes` of it: an upstream that sends more (broken, or hostile) fails the call rather
+ * than fill the daemon's memory.
+ */
+export async function readBody(response: UpstreamResponse, maxBytes: number): Promise<Buffer> {
+  const declared = Number(response.headers['content-length']);
+  if (Number.isFinite(declared) && declared > maxBytes) {
+    response.body.destroy();
+    throw new Error(`the upstream's answer is ${declared} bytes, more than the ${maxBytes} accepted`);
+  }
+  const chunks: Buffer[] = [];
+  let length = 0;
+  for await (const chunk of response.body as AsyncIterable<Buffer>) {
+    length += chunk.length;
+    if (length > maxBytes) {
+      response.body.destroy();
+      throw new Error(`the upstream's answer is more than the ${maxBytes} bytes accepted`);
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** A JSON response body of at most `maxBytes`. */
+export async function readJson<T>(response: UpstreamResponse, maxBytes: number): Promise<T> {
+  return JSON.parse((await readBody(response, maxBytes)).toString('utf8')) as T;
+}
+
 /** The response started but could not be read to its end, or made no sense. */
 export function broken(err: unknown, call: FailedCall): ApiError {
-  call.log.warn({ upstream: call.client.name, model: call.modelId, err: (err as Error).message }, 'the upstream answer broke off');
+  // A JSON parser's message quotes part of the body (which may be a model's unscrubbed answer): not logged.
+  const why = err instanceof SyntaxError ? 'the answer is not valid JSON' : (err as Error).message;
+  call.log.warn({ upstream: call.client.name, model: call.modelId, err: why }, 'the upstream answer broke off');
   return new ApiError(
     'internal_error',
     `The server behind '${call.modelId}' broke off its answer or sent one that makes no sense. Retry the request.`,

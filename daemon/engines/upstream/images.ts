@@ -5,7 +5,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { ImageEngine, ImageRequest, ImageResult, QueueState } from '../index.js';
 import type { UpstreamClient } from './client.js';
-import { callUpstream, type FailedCall } from './errors.js';
+import { callUpstream, readJson, type FailedCall } from './errors.js';
 
 export interface UpstreamImageRoute {
   client: UpstreamClient;
@@ -14,7 +14,7 @@ export interface UpstreamImageRoute {
 
 interface ImageList {
   data?: Array<{ b64_json?: unknown; url?: unknown }>;
-  usage?: { input_tokens?: unknown; prompt_tokens?: unknown };
+  usage?: { input_tokens?: unknown; prompt_tokens?: unknown; output_tokens?: unknown };
 }
 
 /** The most bytes one image may have as the upstream sends it (before normalising). */
@@ -49,7 +49,7 @@ export class UpstreamImageEngine implements ImageEngine {
         signal,
         () => route.client.post('/images/generations', body, signal),
         async (response) => {
-          const list = (await response.body.json()) as ImageList;
+          const list = await readJson<ImageList>(response, 256 * 1024 * 1024);
           if (!Array.isArray(list.data) || list.data.length === 0) throw new Error('the upstream returned no images');
           const images: Buffer[] = [];
           for (const item of list.data.slice(0, request.n)) {
@@ -58,8 +58,12 @@ export class UpstreamImageEngine implements ImageEngine {
             else throw new Error('an image has neither b64_json nor url');
           }
           if (images.some((image) => image.length === 0 || image.length > LARGEST_IMAGE)) throw new Error('an image is empty or too large');
-          const tokens = list.usage?.input_tokens ?? list.usage?.prompt_tokens;
-          return { images, promptTokens: typeof tokens === 'number' && tokens >= 0 ? tokens : null };
+          const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : null);
+          return {
+            images,
+            promptTokens: count(list.usage?.input_tokens ?? list.usage?.prompt_tokens),
+            completionTokens: count(list.usage?.output_tokens),
+          };
         },
       );
     } finally {

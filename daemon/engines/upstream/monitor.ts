@@ -3,6 +3,7 @@
 // last check answered and named it. Only changes are logged (down, up again, a model gone or back), not every check.
 import type { FastifyBaseLogger } from 'fastify';
 import type { UpstreamClient } from './client.js';
+import { readJson } from './errors.js';
 
 export interface UpstreamStatus {
   /** The last check got a usable model list. */
@@ -68,7 +69,7 @@ export class UpstreamMonitor {
         const why = response.statusCode === 401 || response.statusCode === 403 ? ' (it refuses our key: check apiKeyFile)' : '';
         next = this.down(`its model list answered status ${response.statusCode}${why}`);
       } else {
-        const list = (await response.body.json()) as { data?: Array<{ id?: unknown }> };
+        const list = await readJson<{ data?: Array<{ id?: unknown }> }>(response, 4 * 1024 * 1024);
         if (!Array.isArray(list?.data)) next = this.down('its model list is not in OpenAI’s shape');
         else {
           const served = new Set(list.data.map((m) => m?.id).filter((id): id is string => typeof id === 'string'));
@@ -78,7 +79,10 @@ export class UpstreamMonitor {
     } catch (err) {
       if (this.stopped) return;
       const code = (err as { code?: string }).code ?? (err as Error).name;
-      next = this.down(code === 'TimeoutError' || code === 'AbortError' ? 'it did not answer in time' : `it is not answering (${code})`);
+      if (code === 'TimeoutError' || code === 'AbortError') next = this.down('it did not answer in time');
+      else if (err instanceof SyntaxError) next = this.down('its model list is not valid JSON');
+      else if ((err as { code?: string }).code) next = this.down(`it is not answering (${code})`);
+      else next = this.down((err as Error).message);
     }
     if (this.stopped) return;
     this.report(next);

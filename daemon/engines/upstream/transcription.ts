@@ -8,7 +8,7 @@ import { ApiError } from '../../errors/index.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
 import type { QueueState, TranscriptionEngine, TranscriptionRequest } from '../index.js';
 import type { UpstreamClient } from './client.js';
-import { callUpstream, type FailedCall } from './errors.js';
+import { callUpstream, readJson, type FailedCall } from './errors.js';
 
 export interface UpstreamTranscriptionRoute {
   client: UpstreamClient;
@@ -110,7 +110,7 @@ export class UpstreamTranscriptionEngine implements TranscriptionEngine {
         call,
         signal,
         () => route.client.postForm('/audio/transcriptions', form, signal),
-        async (response) => transcriptOf((await response.body.json()) as VerboseTranscript, request, seconds),
+        async (response) => transcriptOf(await readJson<VerboseTranscript>(response, 16 * 1024 * 1024), request, seconds),
       );
     } finally {
       this.busy.set(modelId, this.busy.get(modelId)! - 1);

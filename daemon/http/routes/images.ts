@@ -104,7 +104,8 @@ export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
       );
       startedEngineWork(request.call, model, work);
       const result = await work;
-      request.call.usedTokens = result.promptTokens ?? Buffer.byteLength(body.prompt);
+      request.call.completionTokens = result.completionTokens ?? 0;
+      request.call.usedTokens = (result.promptTokens ?? Buffer.byteLength(body.prompt)) + request.call.completionTokens;
       if (result.images.length < n) {
         request.log.warn({ model: model.id, asked: n, got: result.images.length }, 'the image engine made fewer images than asked');
       }

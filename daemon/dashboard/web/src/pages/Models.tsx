@@ -10,7 +10,7 @@ interface Health {
   posture: string;
   region: string;
   sovereign: boolean;
-  models: Array<{ id: string; capability: string; readiness: string; upstream?: string; sovereign?: boolean; detail?: string }>;
+  models: Array<{ id: string; capability: string; readiness: string; upstream?: string; frontier?: boolean; detail?: string }>;
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   audit: { entries: number; signer: string | null; problem: string | null } | null;
   egress?: { refused: number };
@@ -68,7 +68,7 @@ export function ModelsPage() {
                   <td>{t(`readiness.${m.readiness}` as MessageKey)}</td>
                   <td>{listed.includes(m.id) ? t('common.yes') : t('common.no')}</td>
                   <td data-testid={`where-${m.id}`}>
-                    {m.sovereign === false ? (
+                    {m.frontier ? (
                       <strong class="non-sovereign">{t('models.frontier', { name: m.upstream ?? '' })}</strong>
                     ) : m.upstream ? (
                       t('models.upstream', { name: m.upstream })
