@@ -136,6 +136,11 @@ t.test('the list follows the upstream: down, a model no longer named, back again
   const report = await health();
   t.equal(report.status, 'degraded');
   t.match(
+    report.upstreams.find((u: { name: string }) => u.name === 'gpu'),
+    { answering: false, problem: /it is not answering/, checked_at: /^\d{4}-\d\d-\d\dT/ },
+    'health names the upstream that is down, and why',
+  );
+  t.match(
     report.models.find((m: { id: string }) => m.id === 'up-chat'),
     { readiness: 'failed', detail: /upstream 'gpu': it is not answering/ },
   );
@@ -146,7 +151,12 @@ t.test('the list follows the upstream: down, a model no longer named, back again
   state.listed = ['up-model', 'other-model'];
   await start();
   t.same(await listedBecomes(['other-chat', 'up-chat']), ['other-chat', 'up-chat'], 'back when the upstream recovers');
-  t.equal((await health()).status, 'ok');
+  const recovered = await health();
+  t.equal(recovered.status, 'ok');
+  t.match(
+    recovered.upstreams.find((u: { name: string }) => u.name === 'gpu'),
+    { answering: true, problem: null },
+  );
   const answered = (await chat('hello again')) as OpenAI.ChatCompletion;
   t.equal(answered.choices[0].message.content, 'answer after 1 tries');
 });
@@ -169,6 +179,8 @@ t.test('failures before the first byte are retried; an answer that started is no
   t.equal(failed.status, 500, 'a 500 is an answer: not retried');
   t.equal(state.tries.get('failed:1'), 1);
   t.notMatch(failed.message, /boom/, 'and its body is not shown');
+  const gpu = (await health()).upstreams.find((u: { name: string }) => u.name === 'gpu');
+  t.ok(gpu.retried >= 6, `health counts the tries sent again (${gpu.retried})`);
 });
 
 t.test('a call that finds the upstream gone has it checked again at once', async (t) => {

@@ -32,12 +32,24 @@ export interface HealthReport {
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   /** Entries logged, what signs checkpoints (tpm, software, or null when nothing can), the latest checkpoint. */
   audit: AuditHealth | null;
+  /** Each configured upstream: whether its last health check answered, why not, when, and calls sent again. */
+  upstreams?: UpstreamHealth[];
   /** Metered postures only: where per-key limits are kept (memory or redis), and why they cannot be checked, if so. */
   limiter?: { store: 'memory' | 'redis'; problem: string | null };
   /** Sealed postures only: outbound attempts refused, and the kernel's egress count under systemd. */
   egress?: EgressHealth;
   /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
   service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
+}
+
+export interface UpstreamHealth {
+  name: string;
+  answering: boolean;
+  problem: string | null;
+  /** When its last health check ended (ISO 8601), or null before the first. */
+  checked_at: string | null;
+  /** Tries sent again since start (failures before the first byte). */
+  retried: number;
 }
 
 /** Where the report comes from (the pipeline's dependencies have all of it). */
@@ -50,6 +62,7 @@ export interface HealthSources {
   egress?: EgressService;
   boots?: BootReport;
   limits?: { store: LimitStore };
+  upstreams?: { health(): UpstreamHealth[] };
 }
 
 export function healthReport(sources: HealthSources): HealthReport {
@@ -79,6 +92,8 @@ export function healthReport(sources: HealthSources): HealthReport {
     unavailable_models: catalog.unavailable(),
     audit: auditHealth,
   };
+  const upstreams = sources.upstreams?.health();
+  if (upstreams?.length) report.upstreams = upstreams;
   if (limiter) report.limiter = limiter;
   const egressHealth = egress?.health();
   if (egressHealth) report.egress = egressHealth;

@@ -29,6 +29,7 @@ import type { EgressService } from '../egress/index.js';
 import type { BootReport } from '../service/boots.js';
 import type { Accounts } from '../accounts/index.js';
 import type { UsageMeter } from '../usage/index.js';
+import type { UpstreamHealth } from '../health/index.js';
 import type { ImageFiles } from '../images/index.js';
 import type { Store } from '../store/index.js';
 import { newCallContext, type RouteDeclaration } from './context.js';
@@ -65,6 +66,8 @@ export interface PipelineDeps {
   store?: Store;
   /** Generated images kept for `url` answers. */
   images?: ImageFiles;
+  /** The configured upstreams' state, for health. */
+  upstreams?: { health(): UpstreamHealth[] };
 }
 
 type Hook = 'onRequest' | 'preHandler';

@@ -127,6 +127,7 @@ export async function startDaemon(
   try {
     // Their models are listed once their first health check answers; every connection goes through the egress guard.
     upstreams = startUpstreams({ config, manifest, catalog, engines, log: app.log });
+    deps.upstreams = upstreams;
     if (limitStore instanceof RedisLimitStore) await limitStore.start();
     // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
     // ever answered without the audit log.

@@ -18,6 +18,7 @@ import {
   type UpstreamRoute,
   type UpstreamStatus,
 } from '../engines/upstream/index.js';
+import type { UpstreamHealth } from '../health/index.js';
 import type { Manifest, ModelCatalog } from '../models/index.js';
 
 export const UPSTREAM_DEFAULTS = { connections: 64, timeoutMs: 120_000, retries: 2, healthIntervalMs: 5000 } as const;
@@ -25,6 +26,8 @@ export const UPSTREAM_DEFAULTS = { connections: 64, timeoutMs: 120_000, retries:
 export interface UpstreamsRuntime {
   /** Resolves once every upstream has had its first health check. */
   checked: Promise<void>;
+  /** Each upstream's state, for /v1/health. */
+  health(): UpstreamHealth[];
   close(): Promise<void>;
 }
 
@@ -134,6 +137,14 @@ export function startUpstreams(options: {
   const checked = Promise.all(monitors.map((m) => m.start())).then(() => {});
   return {
     checked,
+    health: () =>
+      monitors.map((monitor, i) => ({
+        name: clients[i]!.name,
+        answering: monitor.status.answering,
+        problem: monitor.status.problem,
+        checked_at: monitor.status.checkedAt ? new Date(monitor.status.checkedAt).toISOString() : null,
+        retried: clients[i]!.retried,
+      })),
     async close() {
       closing.abort();
       for (const monitor of monitors) monitor.stop();
