@@ -89,6 +89,8 @@ export class RedisLimitStore implements LimitStore {
   readonly kind = 'redis';
   private redis: (Redis & GcraCommand) | null = null;
   private lastError: string | null = 'connecting';
+  /** Set by close(): the connection's end is then expected, not reported. */
+  private closing = false;
 
   constructor(
     private readonly options: RedisLimitOptions,
@@ -126,6 +128,7 @@ export class RedisLimitStore implements LimitStore {
       this.lastError = null;
     });
     redis.on('close', () => {
+      if (this.closing) return;
       if (!this.lastError) this.log.warn({ limiter: 'redis' }, 'the connection to the shared rate limiter closed');
       this.lastError ??= 'the connection closed';
     });
@@ -155,6 +158,7 @@ export class RedisLimitStore implements LimitStore {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     this.redis?.disconnect();
   }
 
