@@ -40,6 +40,13 @@ const studio = http.createServer((req, res) => {
       res.setHeader('content-type', 'application/json');
       if (body.prompt === 'by url') return res.end(JSON.stringify({ created: 1, data: [{ url: '/files/own.jpg' }] }));
       if (body.prompt === 'elsewhere') return res.end(JSON.stringify({ created: 1, data: [{ url: 'http://127.0.0.2:9/x.png' }] }));
+      if (body.prompt === 'rewrite') {
+        const image = await native('x');
+        // The engine's rewritten prompt repeats a national ID of its own: it must reach the client scrubbed.
+        return res.end(
+          JSON.stringify({ created: 1, data: [{ b64_json: image.toString('base64'), revised_prompt: `a red square for ${NATIONAL_ID}` }] }),
+        );
+      }
       if (body.prompt === 'garbage')
         return res.end(JSON.stringify({ created: 1, data: [{ b64_json: Buffer.from('not an image').toString('base64') }] }));
       const images = await Promise.all(Array.from({ length: body.n }, () => native(body.prompt)));
@@ -113,10 +120,13 @@ t.test('the image model is listed; each image has the size and format asked for,
   t.ok(compressed.data![0].b64_json!.length < full.data![0].b64_json!.length, 'output_compression is honoured');
 });
 
-t.test('the prompt is scrubbed before it leaves', async (t) => {
+t.test('the prompt is scrubbed before it leaves; a rewritten prompt is scrubbed on its way back', async (t) => {
   prompts.length = 0;
-  await generate({ prompt: `a badge for employee ${NATIONAL_ID}`, size: '64x64', response_format: 'b64_json' });
+  const plain = await generate({ prompt: `a badge for employee ${NATIONAL_ID}`, size: '64x64', response_format: 'b64_json' });
   t.same(prompts, ['a badge for employee [NATIONAL_ID]']);
+  t.notOk('revised_prompt' in plain.data![0], 'no revised_prompt when the engine sent none');
+  const rewritten = await generate({ prompt: 'rewrite', size: '64x64', response_format: 'b64_json' });
+  t.equal(rewritten.data![0].revised_prompt, 'a red square for [NATIONAL_ID]');
 });
 
 t.test('url answers: served by the daemon to the same project, for a limited time', async (t) => {

@@ -124,6 +124,8 @@ export interface ImageResult {
   promptTokens: number | null;
   /** Generated (image) tokens, when the engine reports them. */
   completionTokens: number | null;
+  /** The prompt as the engine rewrote it, per image, when it did (OpenAI's revised_prompt); not scrubbed yet. */
+  revisedPrompts: Array<string | null>;
 }
 
 export interface ImageEngine {

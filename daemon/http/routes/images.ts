@@ -7,7 +7,7 @@
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import { normaliseImage, type ImageFormat } from '../../images/index.js';
-import type { ScrubSession } from '../../scrub/index.js';
+import { noRedactions, ScrubSession } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import type { PipelineDeps } from '../pipeline.js';
@@ -122,12 +122,20 @@ export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
           }),
         ),
       );
+      // A prompt the engine rewrote is model output: scrubbed like any answer (same placeholders as the prompt) unless
+      // scrub.output is off.
+      const tally = noRedactions();
+      const revised = result.revisedPrompts.map((text) =>
+        text === null || !deps.config.scrub.output ? text : (request.call.scrubSession ?? new ScrubSession()).scrub(text, tally),
+      );
+      if (deps.config.scrub.output && revised.some((text) => text !== null)) request.call.outputRedactions = tally;
       const project = request.call.principal!.projectId;
       const base = `${request.protocol}://${request.host}/v1/images/files/`;
       const data = await Promise.all(
-        images.map(async (image) =>
-          asUrl ? { url: base + (await files!.save(project, image, format)).name } : { b64_json: image.toString('base64') },
-        ),
+        images.map(async (image, i) => ({
+          ...(asUrl ? { url: base + (await files!.save(project, image, format)).name } : { b64_json: image.toString('base64') }),
+          ...(typeof revised[i] === 'string' ? { revised_prompt: revised[i] } : {}),
+        })),
       );
       return { created: Math.floor(Date.now() / 1000), data };
     },
