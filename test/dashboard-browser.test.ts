@@ -13,7 +13,7 @@ import type { Page } from 'playwright-core';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
-import { writeTinyWhisperModel } from './fixtures/whisper.js';
+import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
 import { accessibilityProblems, launchBrowser, newPage, screenshot } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
@@ -27,18 +27,7 @@ const fixtures = makeModelFixtures(dir);
 // Speech to text too, for the chat app's voice input: the tiny generated whisper model, and espeak-ng as the voice.
 const whisper = writeTinyWhisperModel(join(fixtures.modelsDir, 'tiny-whisper.bin'));
 const manifest = JSON.parse(readFileSync(fixtures.manifest, 'utf8')) as { models: unknown[] };
-manifest.models.push({
-  id: 'tiny-whisper',
-  file: 'tiny-whisper.bin',
-  sha256: whisper.sha256,
-  size: whisper.size,
-  capability: 'transcription',
-  engine: 'whisper.cpp',
-  languages: ['ar', 'en'],
-  context: 448,
-  needs: { ramBytes: 0, vramBytes: 0, gpuRequired: false },
-  ownedBy: 'sovereign-tests',
-});
+manifest.models.push(tinyWhisperEntry('tiny-whisper.bin', whisper));
 writeFileSync(fixtures.manifest, JSON.stringify(manifest));
 const microphone = convert(speech(dir, 'What are the branch opening hours?', 'en'), 'wav', dir);
 const dataDir = join(dir, 'cloud-data');

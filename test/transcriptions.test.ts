@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { convert, speech, type Container } from './fixtures/audio.js';
-import { writeTinyWhisperModel } from './fixtures/whisper.js';
+import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
 import { createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
 
 const dir = tempDir(t);
@@ -19,20 +19,7 @@ const manifest = join(dir, 'manifest.json');
 writeFileSync(
   manifest,
   JSON.stringify({
-    models: [
-      {
-        id: 'tiny-whisper',
-        file: 'tiny-whisper.bin',
-        sha256: model.sha256,
-        size: model.size,
-        capability: 'transcription',
-        engine: 'whisper.cpp',
-        languages: ['ar', 'en'],
-        context: 448,
-        needs: { ramBytes: 0, vramBytes: 0, gpuRequired: false },
-        ownedBy: 'sovereign-tests',
-      },
-    ],
+    models: [tinyWhisperEntry('tiny-whisper.bin', model)],
   }),
 );
 const config = join(dir, 'config.json');

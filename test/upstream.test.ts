@@ -11,7 +11,7 @@ import t from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
-import { writeTinyWhisperModel } from './fixtures/whisper.js';
+import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
 import { cli, createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { selfSignedCert } from './helpers/tls.js';
@@ -144,21 +144,7 @@ const rackManifest = join(dir, 'rack-manifest.json');
 writeFileSync(
   rackManifest,
   JSON.stringify({
-    models: [
-      ...JSON.parse(readFileSync(fixtures.manifest, 'utf8')).models,
-      {
-        id: 'tiny-whisper',
-        file: 'tiny-whisper.bin',
-        sha256: whisper.sha256,
-        size: whisper.size,
-        capability: 'transcription',
-        engine: 'whisper.cpp',
-        languages: ['ar', 'en'],
-        context: 448,
-        needs: { ramBytes: 0, vramBytes: 0, gpuRequired: false },
-        ownedBy: 'sovereign-tests',
-      },
-    ],
+    models: [...JSON.parse(readFileSync(fixtures.manifest, 'utf8')).models, tinyWhisperEntry('tiny-whisper.bin', whisper)],
   }),
 );
 const rackData = join(dir, 'rack');

@@ -6,8 +6,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
+import { CallsInFlight, routeOf } from './calls.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
-import { callUpstream, readJson, type FailedCall } from './errors.js';
+import { readJson } from './body.js';
+import { callUpstream, type FailedCall } from './errors.js';
 import { SseReader } from './sse.js';
 
 export interface UpstreamRoute {
@@ -110,16 +112,17 @@ function usageOf(reported: Completion['usage'], request: ChatRequest, pieces: nu
 
 export class UpstreamChatEngine implements ChatEngine {
   /** Calls in flight per model, for health (an upstream queues on its own side, so nothing waits here). */
-  private readonly busy = new Map<string, number>();
+  private readonly calls: CallsInFlight;
 
   constructor(
     private readonly routes: ReadonlyMap<string, UpstreamRoute>,
     private readonly log: FastifyBaseLogger,
-  ) {}
+  ) {
+    this.calls = new CallsInFlight(routes);
+  }
 
   async chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult> {
-    const route = this.routes.get(modelId);
-    if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+    const route = routeOf(this.routes, modelId);
     const stream = options.stream === true;
     const body = JSON.stringify(upstreamChatBody(route.upstreamModel, request, stream));
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
@@ -127,34 +130,34 @@ export class UpstreamChatEngine implements ChatEngine {
     let usage: Usage | null = null;
     /** The upstream took the call (a 200 arrived): only then may it have used tokens. */
     let taken = false;
-    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
     try {
-      const result = await callUpstream(
-        call,
-        options.signal,
-        () => route.client.post('/chat/completions', body, options.signal),
-        async (response) => {
-          taken = true;
-          options.onStart?.();
-          const type = String(response.headers['content-type'] ?? '');
-          if (type.startsWith('text/event-stream')) return this.readStream(response, call, request, options, (n) => (pieces = n));
-          const whole = this.fromCompletion(await readJson<Completion>(response, 16 * 1024 * 1024), request);
-          // An upstream that answered a stream request in one piece: its text is still handed on as it is.
-          if (stream && whole.content) options.onText(whole.content);
-          return whole;
-        },
+      const result = await this.calls.track(modelId, () =>
+        callUpstream(
+          call,
+          options.signal,
+          () => route.client.post('/chat/completions', body, options.signal),
+          async (response) => {
+            taken = true;
+            options.onStart?.();
+            const type = String(response.headers['content-type'] ?? '');
+            if (type.startsWith('text/event-stream')) return this.readStream(response, call, request, options, (n) => (pieces = n));
+            const whole = this.fromCompletion(await readJson<Completion>(response, 16 * 1024 * 1024), request);
+            // An upstream that answered a stream request in one piece: its text is still handed on as it is.
+            if (stream && whole.content) options.onText(whole.content);
+            return whole;
+          },
+        ),
       );
       usage = result.usage;
       return result;
     } finally {
-      this.busy.set(modelId, this.busy.get(modelId)! - 1);
       // A call the upstream never took used nothing: its reservation is given back and nothing is billed.
       options.onUsage?.(usage ?? (taken ? estimatedUsage(request, pieces) : { promptTokens: 0, completionTokens: 0 }));
     }
   }
 
   queueState(modelId: string): QueueState | undefined {
-    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+    return this.calls.queueState(modelId);
   }
 
   private fromCompletion(completion: Completion, request: ChatRequest): ChatResult {

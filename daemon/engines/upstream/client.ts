@@ -8,6 +8,7 @@
 // a second try cannot do twice what the first did. Once a response has started, nothing is retried.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool, type Dispatcher, type FormData } from 'undici';
+import { readBody } from './body.js';
 
 export interface UpstreamTarget {
   name: string;
@@ -140,17 +141,7 @@ export class UpstreamClient {
       await response.body.dump().catch(() => {});
       throw new Error(`the upstream's own URL answered status ${response.statusCode}`);
     }
-    const chunks: Buffer[] = [];
-    let length = 0;
-    for await (const chunk of response.body as AsyncIterable<Buffer>) {
-      length += chunk.length;
-      if (length > maxBytes) {
-        response.body.destroy();
-        throw new Error(`the upstream's own URL sent more than ${maxBytes} bytes`);
-      }
-      chunks.push(chunk);
-    }
-    return Buffer.concat(chunks);
+    return readBody(response, maxBytes);
   }
 
   private async send(request: {

@@ -5,8 +5,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
 import type { EmbeddingEngine, EmbeddingResult, QueueState } from '../index.js';
+import { CallsInFlight, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
-import { callUpstream, readJson, type FailedCall } from './errors.js';
+import { readJson } from './body.js';
+import { callUpstream, type FailedCall } from './errors.js';
 
 export interface UpstreamEmbeddingRoute {
   client: UpstreamClient;
@@ -32,7 +34,7 @@ function vectorOf(embedding: string | number[] | undefined): Float32Array {
 }
 
 export class UpstreamEmbeddingEngine implements EmbeddingEngine {
-  private readonly busy = new Map<string, number>();
+  private readonly calls: CallsInFlight;
   private readonly sizes = new Map<string, number>();
 
   /** Told when a model's vectors changed width (the service withdraws it until its width is learned again). */
@@ -41,7 +43,9 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
   constructor(
     private readonly routes: ReadonlyMap<string, UpstreamEmbeddingRoute>,
     private readonly log: FastifyBaseLogger,
-  ) {}
+  ) {
+    this.calls = new CallsInFlight(routes);
+  }
 
   /** Whether the model's width is known (it is served only then). */
   knows(modelId: string): boolean {
@@ -68,13 +72,11 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
 
   /** `probe`: the test call that learns the width, sent on the upstream's probe connection. */
   private async send(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, probe: boolean): Promise<EmbeddingResult> {
-    const route = this.routes.get(modelId);
-    if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+    const route = routeOf(this.routes, modelId);
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
     const body = JSON.stringify({ model: route.upstreamModel, input: inputs, encoding_format: 'base64' });
-    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
-    try {
-      return await callUpstream(
+    return this.calls.track(modelId, () =>
+      callUpstream(
         call,
         signal,
         () => route.client.post('/embeddings', body, signal, { probe }),
@@ -106,13 +108,11 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
               : inputs.reduce((n, input) => n + (typeof input === 'string' ? Buffer.byteLength(input) : input.length), 0);
           return { vectors, promptTokens };
         },
-      );
-    } finally {
-      this.busy.set(modelId, this.busy.get(modelId)! - 1);
-    }
+      ),
+    );
   }
 
   queueState(modelId: string): QueueState | undefined {
-    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+    return this.calls.queueState(modelId);
   }
 }

@@ -3,6 +3,7 @@
 // the model and the status go to the log; the body never does.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
+import { readBody } from './body.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
 
 /** Which call failed: enough to name it in the log and to rewrite the upstream's message. */
@@ -92,34 +93,6 @@ export async function refused(response: UpstreamResponse, call: FailedCall): Pro
     );
   }
   return new ApiError('internal_error', `The server behind '${modelId}' failed (status ${status}). Retry the request.`);
-}
-
-/**
- * A response body, at most `maxBytes` of it: an upstream that sends more (broken, or hostile) fails the call rather
- * than fill the daemon's memory.
- */
-export async function readBody(response: UpstreamResponse, maxBytes: number): Promise<Buffer> {
-  const declared = Number(response.headers['content-length']);
-  if (Number.isFinite(declared) && declared > maxBytes) {
-    response.body.destroy();
-    throw new Error(`the upstream's answer is ${declared} bytes, more than the ${maxBytes} accepted`);
-  }
-  const chunks: Buffer[] = [];
-  let length = 0;
-  for await (const chunk of response.body as AsyncIterable<Buffer>) {
-    length += chunk.length;
-    if (length > maxBytes) {
-      response.body.destroy();
-      throw new Error(`the upstream's answer is more than the ${maxBytes} bytes accepted`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
-
-/** A JSON response body of at most `maxBytes`. */
-export async function readJson<T>(response: UpstreamResponse, maxBytes: number): Promise<T> {
-  return JSON.parse((await readBody(response, maxBytes)).toString('utf8')) as T;
 }
 
 /** The response started but could not be read to its end, or made no sense. */

@@ -2,10 +2,11 @@
 // model name, the images back as base64 (or, from a server that only gives URLs, fetched from that same server and
 // nowhere else). The route normalises what comes back (size, format, metadata) with sharp.
 import type { FastifyBaseLogger } from 'fastify';
-import { ApiError } from '../../errors/index.js';
 import type { ImageEngine, ImageRequest, ImageResult, QueueState } from '../index.js';
+import { CallsInFlight, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
-import { callUpstream, readJson, type FailedCall } from './errors.js';
+import { readJson } from './body.js';
+import { callUpstream, type FailedCall } from './errors.js';
 
 export interface UpstreamImageRoute {
   client: UpstreamClient;
@@ -21,16 +22,17 @@ interface ImageList {
 const LARGEST_IMAGE = 64 * 1024 * 1024;
 
 export class UpstreamImageEngine implements ImageEngine {
-  private readonly busy = new Map<string, number>();
+  private readonly calls: CallsInFlight;
 
   constructor(
     private readonly routes: ReadonlyMap<string, UpstreamImageRoute>,
     private readonly log: FastifyBaseLogger,
-  ) {}
+  ) {
+    this.calls = new CallsInFlight(routes);
+  }
 
   async generate(modelId: string, request: ImageRequest, signal: AbortSignal): Promise<ImageResult> {
-    const route = this.routes.get(modelId);
-    if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+    const route = routeOf(this.routes, modelId);
     const body = JSON.stringify({
       model: route.upstreamModel,
       prompt: request.prompt,
@@ -42,9 +44,8 @@ export class UpstreamImageEngine implements ImageEngine {
       ...(request.background ? { background: request.background } : {}),
     });
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
-    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
-    try {
-      return await callUpstream(
+    return this.calls.track(modelId, () =>
+      callUpstream(
         call,
         signal,
         () => route.client.post('/images/generations', body, signal),
@@ -68,13 +69,11 @@ export class UpstreamImageEngine implements ImageEngine {
             completionTokens: count(list.usage?.output_tokens),
           };
         },
-      );
-    } finally {
-      this.busy.set(modelId, this.busy.get(modelId)! - 1);
-    }
+      ),
+    );
   }
 
   queueState(modelId: string): QueueState | undefined {
-    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+    return this.calls.queueState(modelId);
   }
 }

@@ -3,7 +3,7 @@
 // last check answered and named it. Only changes are logged (down, up again, a model gone or back), not every check.
 import type { FastifyBaseLogger } from 'fastify';
 import type { UpstreamClient } from './client.js';
-import { readJson } from './errors.js';
+import { readJson } from './body.js';
 
 export interface UpstreamStatus {
   /** The last check got a usable model list. */

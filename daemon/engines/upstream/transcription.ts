@@ -4,11 +4,12 @@
 // scrubbed prompt and the temperature, and asks for verbose_json so segment times come back.
 import type { FastifyBaseLogger } from 'fastify';
 import { FormData } from 'undici';
-import { ApiError } from '../../errors/index.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
 import type { QueueState, TranscriptionEngine, TranscriptionRequest } from '../index.js';
+import { CallsInFlight, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
-import { callUpstream, readJson, type FailedCall } from './errors.js';
+import { readJson } from './body.js';
+import { callUpstream, type FailedCall } from './errors.js';
 
 export interface UpstreamTranscriptionRoute {
   client: UpstreamClient;
@@ -72,12 +73,14 @@ function transcriptOf(body: VerboseTranscript, request: TranscriptionRequest, se
 }
 
 export class UpstreamTranscriptionEngine implements TranscriptionEngine {
-  private readonly busy = new Map<string, number>();
+  private readonly calls: CallsInFlight;
 
   constructor(
     private readonly routes: ReadonlyMap<string, UpstreamTranscriptionRoute>,
     private readonly log: FastifyBaseLogger,
-  ) {}
+  ) {
+    this.calls = new CallsInFlight(routes);
+  }
 
   async transcribe(
     modelId: string,
@@ -85,8 +88,7 @@ export class UpstreamTranscriptionEngine implements TranscriptionEngine {
     request: TranscriptionRequest,
     signal: AbortSignal,
   ): Promise<Transcript> {
-    const route = this.routes.get(modelId);
-    if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+    const route = routeOf(this.routes, modelId);
     const pcm: Buffer[] = [];
     for await (const window of windows) pcm.push(Buffer.from(window));
     const audio = wav(pcm);
@@ -104,20 +106,17 @@ export class UpstreamTranscriptionEngine implements TranscriptionEngine {
       return data;
     };
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
-    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
-    try {
-      return await callUpstream(
+    return this.calls.track(modelId, () =>
+      callUpstream(
         call,
         signal,
         () => route.client.postForm('/audio/transcriptions', form, signal),
         async (response) => transcriptOf(await readJson<VerboseTranscript>(response, 16 * 1024 * 1024), request, seconds),
-      );
-    } finally {
-      this.busy.set(modelId, this.busy.get(modelId)! - 1);
-    }
+      ),
+    );
   }
 
   queueState(modelId: string): QueueState | undefined {
-    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+    return this.calls.queueState(modelId);
   }
 }

@@ -1,0 +1,32 @@
+// What every upstream engine (chat, embeddings, transcription, images) does around a call: find the model's route,
+// and count the calls in flight per model, which health reports as `busy` (an upstream queues on its own side, so
+// nothing waits here).
+import { ApiError } from '../../errors/index.js';
+import type { QueueState } from '../index.js';
+
+/** The model's route, or the 503 a call to a model no upstream serves gets. */
+export function routeOf<R>(routes: ReadonlyMap<string, R>, modelId: string): R {
+  const route = routes.get(modelId);
+  if (!route) throw new ApiError('model_not_ready', `No upstream serves '${modelId}' right now.`, { headers: { 'retry-after': '5' } });
+  return route;
+}
+
+export class CallsInFlight {
+  private readonly busy = new Map<string, number>();
+
+  constructor(private readonly routes: ReadonlyMap<string, unknown>) {}
+
+  /** Runs `work` counted as one call in flight to `modelId`. */
+  async track<T>(modelId: string, work: () => Promise<T>): Promise<T> {
+    this.busy.set(modelId, (this.busy.get(modelId) ?? 0) + 1);
+    try {
+      return await work();
+    } finally {
+      this.busy.set(modelId, this.busy.get(modelId)! - 1);
+    }
+  }
+
+  queueState(modelId: string): QueueState | undefined {
+    return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
+  }
+}
