@@ -2,11 +2,17 @@
 // Audio arrives as 16 kHz mono s16le windows (speech/decode.ts) and each window is one transcribeData call, so a long
 // recording is never held whole; segment times are shifted by the window's start.
 //
-// What the binding does that this adapter works around (measured on 1.1.3):
-//  - stop() returns at once but the native job runs to its end, and its promise then never settles (nor does it
-//    after a native error). So every job is raced against the call's abort and a time limit, and after an abort the
-//    model's slot is held until the job reports 100% progress (or a grace period passes): releasing it earlier would
-//    let a second job run beside the first, which stalls the event loop.
+// What the binding does that this adapter works around (read in its source and measured on 1.1.3):
+//  - A job with an onProgress (or onNewSegments) callback can hang forever: when whisper.cpp is done, the worker
+//    thread waits on a condition variable for the callbacks still queued to the JS thread, which decrement a counter
+//    and notify without taking the mutex, so a notify that lands between the worker's check and its sleep is lost.
+//    The job's promise then never settles, the libuv thread and the context's lock stay taken, and even shutdown
+//    hangs. Seen under the full test suite's load. So no callback is ever passed.
+//  - stop() does not stop whisper.cpp (the binding sets no abort callback); it only turns the finished job into an
+//    error, and an error never settles the promise (the completion callback is called with one argument where the
+//    binding's own handler wants two). So stop() is never called: a job the caller no longer wants runs to its end
+//    while the model's slot stays taken (a second job beside it on one context stalls the event loop), and the
+//    slot is given back when its promise settles, or after a grace period for a job that never does.
 //  - An unknown language code throws from a native callback, uncaught: only codes from LANGUAGES are ever passed.
 //  - Without `language` it assumes English; 'auto' detects (one extra encoder pass, on the first window only: the
 //    language found there is used for the rest, so a recording is transcribed in one language throughout).
@@ -30,8 +36,6 @@ export interface WhisperEngineOptions {
 
 /** Languages a caller may name; whisper.cpp's codes (a code it does not know crashes the binding). */
 export const LANGUAGES = new Set(['ar', 'en']);
-
-const ABORT_GRACE_MS = 60_000;
 
 interface Host {
   context: Context;
@@ -69,7 +73,7 @@ export class WhisperEngine implements TranscriptionEngine {
       const words: TranscriptWord[] = [];
       for await (const window of windows) {
         signal.throwIfAborted();
-        let finished = false;
+        const started = Date.now();
         const job = host.context.transcribeData(window, {
           language: language ?? 'auto',
           temperature: request.temperature ?? 0,
@@ -79,20 +83,15 @@ export class WhisperEngine implements TranscriptionEngine {
           maxThreads: this.options.threads,
           ...(request.prompt ? { prompt: request.prompt } : {}),
           ...(request.words ? { maxLen: 1, tokenTimestamps: true } : {}),
-          onProgress: (p: number) => {
-            if (p >= 100) finished = true;
-          },
         });
         let result;
         try {
           result = await settle(job.promise, signal, this.options.windowTimeoutMs);
         } catch (err) {
-          void job.stop();
-          if (!finished) {
-            // The native job goes on: keep the model's slot until it is done.
-            releaseLater = true;
-            holdUntil(() => finished, ABORT_GRACE_MS, release);
-          }
+          // The native job goes on (or has just failed): the slot is given back once it has settled, or once the
+          // window's time limit has passed since it started (a job that has not settled by then is taken as dead).
+          releaseLater = true;
+          releaseWhenSettled(job.promise, this.options.windowTimeoutMs - (Date.now() - started), release);
           throw err;
         }
         language ??= normalizeLanguage(result.language);
@@ -137,15 +136,18 @@ function settle<T>(promise: Promise<T>, signal: AbortSignal, timeoutMs: number):
   });
 }
 
-function holdUntil(done: () => boolean, graceMs: number, release: () => void): void {
-  const started = Date.now();
-  const timer = setInterval(() => {
-    if (done() || Date.now() - started > graceMs) {
-      clearInterval(timer);
-      release();
-    }
-  }, 50);
+/** Calls release once the job has settled, or after graceMs (a job whose promise never settles). */
+function releaseWhenSettled(job: Promise<unknown>, graceMs: number, release: () => void): void {
+  let released = false;
+  const once = () => {
+    if (released) return;
+    released = true;
+    clearTimeout(timer);
+    release();
+  };
+  const timer = setTimeout(once, Math.max(0, graceMs));
   timer.unref();
+  job.then(once, once);
 }
 
 function normalizeLanguage(language: string | undefined): string | null {
