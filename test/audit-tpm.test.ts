@@ -2,64 +2,15 @@
 // commands talk to /dev/tpmrm0 on a device). init-tpm provisions the key, the daemon signs with it, and the offline
 // script (--require-tpm) and openssl both verify. Without a reachable TPM key the device posture serves degraded and
 // the appliance posture refuses to start.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { writeFileSync, readFileSync } from 'node:fs';
-import net from 'node:net';
 import { join, resolve } from 'node:path';
 import t from 'tap';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
+import { startSwtpm } from './helpers/tpm.js';
 
 const VERIFIER = resolve(import.meta.dirname, '..', 'tools', 'verify-anchors.mjs');
-
-function portFree(port: number): Promise<boolean> {
-  return new Promise((res) => {
-    const server = net.createServer();
-    server.once('error', () => res(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => res(true)));
-  });
-}
-
-/** Starts swtpm on two free consecutive loopback ports; stopped (by its pid) when the test ends. */
-async function startSwtpm(t: { teardown: (fn: () => void) => void }): Promise<string> {
-  const state = tempDir(t);
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    if (!(await portFree(port)) || !(await portFree(port + 1))) continue;
-    const proc = spawn(
-      'swtpm',
-      [
-        'socket',
-        '--tpm2',
-        '--server',
-        `type=tcp,port=${port},bindaddr=127.0.0.1`,
-        '--ctrl',
-        `type=tcp,port=${port + 1},bindaddr=127.0.0.1`,
-        '--flags',
-        'not-need-init,startup-clear',
-        '--tpmstate',
-        `dir=${state}`,
-      ],
-      { stdio: 'ignore' },
-    );
-    t.teardown(() => {
-      proc.kill('SIGTERM');
-    });
-    for (let i = 0; i < 50; i++) {
-      const up = await new Promise<boolean>((res) => {
-        const socket = net.connect(port, '127.0.0.1', () => {
-          socket.destroy();
-          res(true);
-        });
-        socket.once('error', () => res(false));
-      });
-      if (up) return `swtpm:host=127.0.0.1,port=${port}`;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    throw new Error('swtpm did not start');
-  }
-  throw new Error('no free port pair for swtpm');
-}
 
 t.test('init-tpm, checkpoints signed inside the TPM, verified offline and by openssl', async (t) => {
   const tcti = await startSwtpm(t);

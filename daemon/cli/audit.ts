@@ -1,10 +1,11 @@
 // `sovereign audit`: provision the TPM signing key, export the log for offline checking, and verify it here.
-import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { exportAudit } from '../audit/export.js';
-import { keyIdOf, originOf, SoftwareSigner, softwareKeyFile, TpmSigner, tpmOptions } from '../audit/index.js';
+import { provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
+import { originOf, SoftwareSigner, softwareKeyFile, tpmOptions } from '../audit/index.js';
 import { loadConfig, type Config } from '../config/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -76,19 +77,13 @@ export async function auditCommand(argv: string[]): Promise<number> {
   };
 
   if (command === 'init-tpm') {
-    const options = tpmOptions(config);
-    say(`TPM: ${options.tcti}`);
-    const keys = await TpmSigner.provision(options, values.replace === true, say);
-    const file = join(config.dataDir, 'audit-public-key.pem');
-    const akFile = join(config.dataDir, 'audit-attestation-key.pem');
-    await openStore(config.dataDir).close(); // creates the data directory with its permissions
-    // A replaced key stays trusted for the checkpoints it signed: kept under its key ID.
-    if (existsSync(file))
-      renameSync(file, join(config.dataDir, `audit-public-key.${keyIdOf(readFileSync(file, 'utf8')).toString('hex')}.pem`));
-    writeFileSync(file, keys.publicKeyPem);
-    writeFileSync(akFile, keys.attestationKeyPem);
-    if (json) printJson({ ...options, publicKeyFile: file, attestationKeyFile: akFile, ...keys });
-    else process.stdout.write(`public key written to ${file}, attestation key to ${akFile}:\n${keys.publicKeyPem}`);
+    say(`TPM: ${config.audit.tcti}`);
+    const keys = await provisionTpmKey(config, values.replace === true, say);
+    if (json) printJson({ ...tpmOptions(config), ...keys, fingerprint: spkiFingerprint(keys.publicKeyPem) });
+    else
+      process.stdout.write(
+        `public key written to ${keys.publicKeyFile}, attestation key to ${keys.attestationKeyFile}:\n${keys.publicKeyPem}fingerprint ${spkiFingerprint(keys.publicKeyPem)}\n`,
+      );
     return 0;
   }
 

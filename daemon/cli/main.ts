@@ -19,6 +19,7 @@ Commands:
   scrub            replace personal data in text on stdin (IDs, Iqama, IBAN, cards)
   audit            provision the TPM signing key, export and verify the audit log
   usage export     what each key used, per day and endpoint, for billing (CSV or JSON lines)
+  firstboot        prepare an appliance to serve: audit key, models from a bundle, TLS certificate
 
 Every command takes --help, and --json for machine-readable output.`;
 
@@ -36,6 +37,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   scrub: async () => (await import('./scrub.js')).scrubCommand,
   audit: async () => (await import('./audit.js')).auditCommand,
   usage: async () => (await import('./usage.js')).usageCommand,
+  firstboot: async () => (await import('./firstboot.js')).firstbootCommand,
 };
 
 export async function main(argv: string[]): Promise<number> {
@@ -82,4 +84,4 @@ function report(json: boolean, kind: string, message: string, problems?: string[
 const code = await main(process.argv.slice(2));
 process.exitCode = code;
 // The daemon has released everything by now; exit even if a library left a timer behind.
-if (['serve', 'models', 'probe'].includes(process.argv[2] ?? '')) process.exit(code);
+if (['serve', 'models', 'probe', 'firstboot'].includes(process.argv[2] ?? '')) process.exit(code);

@@ -2,7 +2,8 @@
 import { loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
 import { llamaRuntime } from '../engines/llama/runtime.js';
 import { inferenceThreads, probeHardware } from '../hardware/index.js';
-import { assessModels, importModel, loadManifest, ModelVerifier } from '../models/index.js';
+import { assessModels, createBundleKey, importBundle, importModel, loadManifest, ModelVerifier, writeBundle } from '../models/index.js';
+import { readFileSync } from 'node:fs';
 import { BUILT_IN_ENGINES } from '../service/models.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -15,6 +16,15 @@ Commands:
   import FILE [--id ID]
                        verify FILE's size and SHA-256 against the manifest and copy it into the models dir
                        atomically; for an entry without a checksum, record the file's as the trusted one
+  bundle-key --out PREFIX
+                       create an Ed25519 key for signing bundles: PREFIX.key (private, 0600) and PREFIX.pub (give
+                       the .pub to the devices, which list it in models.bundleKeys)
+  bundle --out DIR --key FILE [--id ID ...]
+                       write the models (every present one, or those named) and bundle.json, signed with FILE, into
+                       the empty directory DIR, for carrying onto a sealed device
+  import-bundle DIR [--trust FILE ...]
+                       check DIR's signature against models.bundleKeys (or the --trust files), then import each
+                       model whose size and SHA-256 match the signed bundle and this device's manifest
 
 ${COMMON_HELP}`;
 
@@ -42,7 +52,14 @@ async function runtimeFor(config: Config) {
 }
 
 export async function modelsCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, { ...CONFIG_OPTIONS, id: { type: 'string' } });
+  const { values: parsed, positionals } = parse(argv, {
+    ...CONFIG_OPTIONS,
+    id: { type: 'string', multiple: true },
+    out: { type: 'string' },
+    key: { type: 'string' },
+    trust: { type: 'string', multiple: true },
+  });
+  const values = parsed as typeof parsed & { id?: string[]; trust?: string[] };
   const [command, file, ...rest] = positionals;
   if (values.help || !command) {
     process.stdout.write(`${MODELS_HELP}\n`);
@@ -50,16 +67,67 @@ export async function modelsCommand(argv: string[]): Promise<number> {
   }
   if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
   const json = values.json === true;
+  if (command === 'bundle-key') {
+    if (file) throw new UsageError(`unexpected argument '${file}'`);
+    if (typeof values.out !== 'string') throw new UsageError('models bundle-key needs --out PREFIX');
+    const key = createBundleKey(values.out);
+    if (json) printJson(key);
+    else
+      process.stdout.write(
+        `Private key ${key.privateKeyFile} (keep it off the devices), public key ${key.publicKeyFile}\n  fingerprint ${key.fingerprint}\n`,
+      );
+    return 0;
+  }
   const { config } = loadConfig(configFlags(values));
   const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
   try {
     const verifier = new ModelVerifier(store);
+    if (command === 'bundle') {
+      if (file) throw new UsageError(`unexpected argument '${file}'`);
+      if (typeof values.out !== 'string') throw new UsageError('models bundle needs --out DIR');
+      if (typeof values.key !== 'string') throw new UsageError('models bundle needs --key FILE (made by sovereign models bundle-key)');
+      const written = await writeBundle({
+        outDir: values.out,
+        ids: values.id ?? [],
+        manifest,
+        modelsDir: modelsDir(config),
+        verifier,
+        signingKeyFile: values.key,
+        onProgress: (id) => progress(json, `bundling ${id}`),
+      });
+      if (json) printJson(written);
+      else
+        process.stdout.write(
+          `Bundle written to ${written.dir}, signed by ${written.fingerprint}:\n${written.models.map((m) => `  ${m.id}  ${m.file}  SHA-256 ${m.sha256}\n`).join('')}`,
+        );
+      return 0;
+    }
+    if (command === 'import-bundle') {
+      if (!file) throw new UsageError('models import-bundle needs the bundle DIR');
+      const trustFiles = values.trust?.length ? values.trust : config.models.bundleKeys;
+      const result = await importBundle({
+        dir: file,
+        trustedPems: trustFiles.map((f) => readFileSync(f, 'utf8')),
+        manifest,
+        modelsDir: modelsDir(config),
+        verifier,
+        onProgress: (id) => progress(json, `importing ${id}`),
+      });
+      if (json) printJson(result);
+      else
+        process.stdout.write(
+          `Bundle of ${result.created}, signed by ${result.fingerprint}:\n${result.models.map((m) => `  ${m.id}  ${m.outcome === 'present' ? 'already present' : 'imported'}  SHA-256 ${m.sha256}\n`).join('')}`,
+        );
+      return 0;
+    }
     if (command === 'import') {
       if (!file) throw new UsageError('models import needs a FILE');
+      if ((values.id?.length ?? 0) > 1) throw new UsageError('models import takes one --id');
+      const id = values.id?.[0];
       const result = await importModel({
         source: file,
-        ...(typeof values.id === 'string' ? { id: values.id } : {}),
+        ...(id ? { id } : {}),
         manifest,
         modelsDir: modelsDir(config),
         verifier,

@@ -83,7 +83,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     limits: { bodyBytes: 4 * 1024 * 1024, maxInFlight: 512, defaultRpm: 600, defaultTpm: 600_000, store: 'memory' },
     timeouts: { requestMs: 60_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
     log: { level: 'info', requests: false },
-    models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0 },
+    models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0, bundleKeys: [] },
     scrub: { output: true },
     speech: { maxUploadBytes: 25 * 1024 * 1024, maxSeconds: 2 * 3600, ffmpeg: 'ffmpeg' },
     documents: { maxChunksPerDocument: 2000, maxDocumentsPerKnowledgeBase: 10_000, maxUploadBytes: 32 * 1024 * 1024, embeddingModel: null },
@@ -281,6 +281,10 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     for (const key of PATH_KEYS) {
       const value = getPath(fromFile, key);
       if (typeof value === 'string' && value && !isAbsolute(value)) setPath(fromFile, key, resolve(base, value));
+    }
+    const models = fromFile.models;
+    if (isTree(models) && Array.isArray(models.bundleKeys)) {
+      models.bundleKeys = models.bundleKeys.map((k: unknown) => (typeof k === 'string' && k && !isAbsolute(k) ? resolve(base, k) : k));
     }
     if (Array.isArray(fromFile.upstreams)) {
       for (const upstream of fromFile.upstreams as unknown[]) {

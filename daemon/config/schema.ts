@@ -39,6 +39,8 @@ export interface Config {
     queue: number;
     gpu: 'auto' | 'off';
     threads: number;
+    /** Public keys (PEM files) whose signed models bundles this device imports. */
+    bundleKeys: string[];
   };
   scrub: { output: boolean };
   speech: { maxUploadBytes: number; maxSeconds: number; ffmpeg: string };
@@ -174,6 +176,12 @@ export const configSchema = {
         queue: positiveInt('Calls that may wait per model before 503 server_overloaded.', 0, 10000),
         gpu: { enum: ['auto', 'off'], description: 'Use a GPU if node-llama-cpp finds one (auto), or never (off).' },
         threads: positiveInt('CPU threads for inference; 0 means every core the probe finds.', 0, 1024),
+        bundleKeys: {
+          type: 'array',
+          maxItems: 32,
+          items: { type: 'string', minLength: 1 },
+          description: 'Public key files (PEM) of the senders whose signed models bundles this device imports.',
+        },
       },
     },
     scrub: {

@@ -45,6 +45,8 @@ export async function importModel(options: {
   modelsDir: string;
   verifier: ModelVerifier;
   onProgress?: Progress;
+  /** What a signed bundle says the file is; checked as well as the manifest. */
+  expected?: { sha256: string; size: number };
 }): Promise<ImportResult> {
   const { source, manifest, modelsDir, verifier, onProgress } = options;
   let size: number;
@@ -56,6 +58,11 @@ export async function importModel(options: {
   const entry = await identify(source, manifest, options.id, onProgress);
   const pin = verifier.pin(entry.id);
   const expectedSize = entry.size ?? null;
+  if (options.expected && size !== options.expected.size) {
+    throw new ImportError(
+      `${basename(source)} is ${size} bytes; its bundle says ${options.expected.size}. It is truncated or another file.`,
+    );
+  }
   if (expectedSize !== null && size !== expectedSize) {
     throw new ImportError(
       `${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`,
@@ -65,35 +72,24 @@ export async function importModel(options: {
   mkdirSync(modelsDir, { recursive: true });
   const destination = join(modelsDir, entry.file);
   const temporary = join(modelsDir, `.${entry.file}.partial-${process.pid}`);
-  const hash = createHash('sha256');
-  const fd = openSync(temporary, 'w', 0o644);
-  let done = 0;
-  let lastReport = 0;
+  let sha256: string;
   try {
-    for await (const chunk of createReadStream(source, { highWaterMark: 4 * 1024 * 1024 })) {
-      const buffer = chunk as Buffer;
-      hash.update(buffer);
-      for (let off = 0; off < buffer.length;) off += writeSync(fd, buffer, off);
-      done += buffer.length;
-      if (onProgress && (done - lastReport > 256 * 1024 * 1024 || done === size)) {
-        lastReport = done;
-        onProgress(done, size);
-      }
-    }
-    fsyncSync(fd);
+    sha256 = await copyHashing(source, temporary, size, onProgress);
   } catch (err) {
-    closeSync(fd);
-    rmSync(temporary, { force: true });
     throw new ImportError(`copying ${source} failed: ${(err as Error).message}`);
   }
-  closeSync(fd);
 
-  const sha256 = hash.digest('hex');
   const expectedSha = entry.sha256 ?? null;
   if (expectedSha !== null && sha256 !== expectedSha) {
     rmSync(temporary, { force: true });
     throw new ImportError(
       `SHA-256 of ${basename(source)} is ${sha256}; the manifest says '${entry.id}' is ${expectedSha}. The file is altered or another model; nothing was imported.`,
+    );
+  }
+  if (options.expected && sha256 !== options.expected.sha256) {
+    rmSync(temporary, { force: true });
+    throw new ImportError(
+      `SHA-256 of ${basename(source)} is ${sha256}; its signed bundle says ${options.expected.sha256}. The file was altered after the bundle was signed; nothing was imported.`,
     );
   }
   if (expectedSha === null && pin && pin.sha256 !== sha256) {
@@ -111,4 +107,34 @@ export async function importModel(options: {
   const pinned = expectedSha === null;
   if (pinned) await verifier.setPin(entry.id, { sha256, size, pinnedAt: new Date().toISOString() });
   return { id: entry.id, file: entry.file, path: destination, size, sha256, pinned };
+}
+
+/**
+ * Copies source to destination (created 0644, fsynced) in one read that also hashes it; returns the SHA-256. A
+ * failed copy leaves no destination behind.
+ */
+export async function copyHashing(source: string, destination: string, size: number, onProgress?: Progress): Promise<string> {
+  const hash = createHash('sha256');
+  const fd = openSync(destination, 'w', 0o644);
+  let done = 0;
+  let lastReport = 0;
+  try {
+    for await (const chunk of createReadStream(source, { highWaterMark: 4 * 1024 * 1024 })) {
+      const buffer = chunk as Buffer;
+      hash.update(buffer);
+      for (let off = 0; off < buffer.length;) off += writeSync(fd, buffer, off);
+      done += buffer.length;
+      if (onProgress && (done - lastReport > 256 * 1024 * 1024 || done === size)) {
+        lastReport = done;
+        onProgress(done, size);
+      }
+    }
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    rmSync(destination, { force: true });
+    throw err;
+  }
+  closeSync(fd);
+  return hash.digest('hex');
 }

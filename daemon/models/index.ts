@@ -2,6 +2,7 @@ export { ModelCatalog, type Readiness, type ServedModel } from './catalog.js';
 export { assessModels, type Availability, type ModelStatus } from './inventory.js';
 export {
   CAPABILITIES,
+  checkManifest,
   loadManifest,
   ManifestError,
   servingContextOf,
@@ -12,3 +13,13 @@ export {
 } from './manifest.js';
 export { hashFile, ModelVerifier, type Pin } from './verify.js';
 export { importModel, ImportError, type ImportResult } from './import.js';
+export {
+  importBundle,
+  readBundle,
+  writeBundle,
+  createBundleKey,
+  BUNDLE_FILE,
+  BUNDLE_SIGNATURE_FILE,
+  type BundleImport,
+  type WrittenBundle,
+} from './bundle.js';

@@ -88,6 +88,12 @@ export function loadManifest(path: string): Manifest {
   } catch (err) {
     throw new ManifestError(path, [`cannot read it as JSON: ${(err as Error).message}`]);
   }
+  return checkManifest(parsed, path);
+}
+
+/** Validates a parsed manifest (`source` names it in errors): the schema, then unique ids and files. */
+export function checkManifest(parsed: unknown, source: string): Manifest {
+  const path = source;
   if (!validate(parsed)) {
     throw new ManifestError(
       path,

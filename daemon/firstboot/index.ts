@@ -1,0 +1,207 @@
+// What an appliance does before it first serves (and again at every boot, where each step finds its work done):
+// make the state directory, create the audit signing key in the TPM if there is none, import models from a models
+// partition or a USB bundle, make the TLS certificate the HTTPS postures need if the operator provisioned none, and
+// tell the installer the fingerprints to record. The filesystem of the data partition is made before this, as root
+// (image-build/rootfs/usr/lib/sovereign/data-partition); this part runs as the daemon's user.
+import { generateKeyPairSync, X509Certificate } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { hostname as osHostname, networkInterfaces } from 'node:os';
+import { dirname, join } from 'node:path';
+import { isIP } from 'node:net';
+import { execa } from 'execa';
+import { currentAuditPublicKey, provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
+import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
+import { BUNDLE_FILE, importBundle, importModel, ModelVerifier, type Manifest } from '../models/index.js';
+import { openStore } from '../store/index.js';
+
+export type StepName = 'state' | 'audit-key' | 'models' | 'tls';
+
+export interface StepReport {
+  step: StepName;
+  outcome: 'done' | 'skipped' | 'failed';
+  detail: string;
+}
+
+export interface FirstBootReport {
+  at: string;
+  ok: boolean;
+  steps: StepReport[];
+  auditKey: { publicKeyPem: string; fingerprint: string } | null;
+  tlsCertificate: { file: string; fingerprint: string } | null;
+}
+
+export interface FirstBootOptions {
+  config: Config;
+  manifest: Manifest;
+  /** Directories that may hold a signed bundle (directly or one level down) or model files; missing ones are skipped. */
+  sources: string[];
+  say: (line: string) => void;
+  /** The names the certificate is made for; by default this host's name and its non-loopback addresses. */
+  tlsNames?: string[];
+  now?: () => Date;
+}
+
+/** The report of the last run, kept in the data directory. */
+export function reportFile(config: Config): string {
+  return join(config.dataDir, 'firstboot.json');
+}
+
+export async function firstBoot(options: FirstBootOptions): Promise<FirstBootReport> {
+  const { config, say } = options;
+  const steps: StepReport[] = [];
+  const record = (step: StepName, outcome: StepReport['outcome'], detail: string) => {
+    steps.push({ step, outcome, detail });
+    say(`${step.padEnd(9)} ${outcome === 'failed' ? 'FAILED: ' : ''}${detail}`);
+  };
+  const attempt = async (step: StepName, work: () => Promise<[StepReport['outcome'], string]>) => {
+    try {
+      const [outcome, detail] = await work();
+      record(step, outcome, detail);
+    } catch (err) {
+      record(step, 'failed', (err as Error).message);
+    }
+  };
+
+  await attempt('state', async () => {
+    const existed = existsSync(config.dataDir) && readdirSync(config.dataDir).length > 0;
+    await openStore(config.dataDir).close();
+    return existed ? ['skipped', `${config.dataDir} in place`] : ['done', `${config.dataDir} created`];
+  });
+
+  let auditKey: FirstBootReport['auditKey'] = null;
+  await attempt('audit-key', async () => {
+    const existing = currentAuditPublicKey(config, false);
+    if (existing) {
+      auditKey = { publicKeyPem: existing, fingerprint: spkiFingerprint(existing) };
+      return ['skipped', `the ${config.audit.signer} key is in place`];
+    }
+    if (config.audit.signer === 'software') {
+      const pem = currentAuditPublicKey(config, true)!;
+      auditKey = { publicKeyPem: pem, fingerprint: spkiFingerprint(pem) };
+      return ['done', 'software signing key created (audit.signer is software: the key is a file, not in a TPM)'];
+    }
+    const keys = await provisionTpmKey(config, false, () => {});
+    auditKey = { publicKeyPem: keys.publicKeyPem, fingerprint: spkiFingerprint(keys.publicKeyPem) };
+    return ['done', `signing key created in the TPM at ${config.audit.keyHandle} (${config.audit.tcti})`];
+  });
+
+  await attempt('models', () => importFromSources(options));
+
+  let tlsCertificate: FirstBootReport['tlsCertificate'] = null;
+  await attempt('tls', async () => {
+    const tls = config.tls;
+    if (config.posture === 'device' || !tls) return ['skipped', `the ${config.posture} posture serves no TLS`];
+    const [hasCert, hasKey] = [existsSync(tls.cert), existsSync(tls.key)];
+    if (hasCert !== hasKey) {
+      throw new Error(`${hasCert ? tls.cert : tls.key} exists without its ${hasCert ? 'key' : 'certificate'}; provide both or neither`);
+    }
+    if (hasCert) {
+      tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
+      return ['skipped', `certificate ${tls.cert} in place`];
+    }
+    const names = options.tlsNames ?? defaultTlsNames(config);
+    await makeCertificate(tls.cert, tls.key, names);
+    tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
+    return ['done', `self-signed certificate made for ${names.join(', ')}; replace it with one from your CA at any time`];
+  });
+
+  const report: FirstBootReport = {
+    at: (options.now?.() ?? new Date()).toISOString(),
+    ok: steps.every((s) => s.outcome !== 'failed'),
+    steps,
+    auditKey,
+    tlsCertificate,
+  };
+  if (existsSync(config.dataDir)) writeFileSync(reportFile(config), `${JSON.stringify(report, null, 2)}\n`, { mode: 0o600 });
+  return report;
+}
+
+/** Imports every signed bundle and every pinned model file found in the sources. */
+async function importFromSources(options: FirstBootOptions): Promise<[StepReport['outcome'], string]> {
+  const { config, manifest, say } = options;
+  const modelsDir = modelsDirOf(config);
+  const trustedPems = config.models.bundleKeys.map((f) => readFileSync(f, 'utf8'));
+  const done: string[] = [];
+  const store = openStore(config.dataDir);
+  try {
+    const verifier = new ModelVerifier(store);
+    for (const source of options.sources.filter((s) => existsSync(s) && statSync(s).isDirectory())) {
+      const bundles = [source, ...subdirectories(source)].filter((d) => existsSync(join(d, BUNDLE_FILE)));
+      for (const dir of bundles) {
+        say(`models    checking the bundle in ${dir}`);
+        const result = await importBundle({ dir, trustedPems, manifest, modelsDir, verifier });
+        for (const m of result.models) done.push(`${m.id} (${m.outcome === 'present' ? 'already present' : `imported from ${dir}`})`);
+      }
+      if (bundles.includes(source)) continue;
+      // Loose files: only those whose manifest entry pins a checksum; anything else must come in a signed bundle.
+      for (const name of readdirSync(source)) {
+        const entry = manifest.models.find((m) => m.file === name);
+        if (!entry) continue;
+        if (entry.sha256 === null) {
+          throw new Error(`${join(source, name)}: the manifest pins no checksum for '${entry.id}'; bring it in a signed bundle`);
+        }
+        const destination = join(modelsDir, entry.file);
+        if (existsSync(destination) && (await verifier.sha256(destination)).sha256 === entry.sha256) {
+          done.push(`${entry.id} (already present)`);
+          continue;
+        }
+        say(`models    importing ${entry.id} from ${source}`);
+        await importModel({ source: join(source, name), id: entry.id, manifest, modelsDir, verifier });
+        done.push(`${entry.id} (imported from ${source})`);
+      }
+    }
+  } finally {
+    await store.close();
+  }
+  if (!done.length) return ['skipped', `no bundle or model file in ${options.sources.join(', ') || '(no sources)'}`];
+  return [done.some((d) => d.includes('imported')) ? 'done' : 'skipped', done.join('; ')];
+}
+
+function subdirectories(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => join(dir, e.name))
+    .sort();
+}
+
+function defaultTlsNames(config: Config): string[] {
+  const names = new Set<string>([osHostname()]);
+  const host = config.listen.host;
+  if (host && isIP(host) && host !== '0.0.0.0' && host !== '::') names.add(host);
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) if (!a.internal && !a.address.startsWith('fe80:')) names.add(a.address);
+  }
+  return [...names];
+}
+
+/** A P-256 key (written 0600 before openssl sees it) and a self-signed certificate for the names, valid ten years. */
+async function makeCertificate(certFile: string, keyFile: string, names: string[]): Promise<void> {
+  for (const dir of new Set([dirname(certFile), dirname(keyFile)])) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  writeFileSync(keyFile, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
+  const san = names.map((n) => (isIP(n) ? `IP:${n}` : `DNS:${n}`)).join(',');
+  await execa(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-new',
+      '-key',
+      keyFile,
+      '-sha256',
+      '-days',
+      '3650',
+      '-subj',
+      `/CN=${names[0] ?? 'sovereign'}`,
+      '-addext',
+      `subjectAltName=${san}`,
+      '-out',
+      certFile,
+    ],
+    { stdin: 'ignore' },
+  );
+}
+
+function certFingerprint(file: string): string {
+  return `SHA256:${new X509Certificate(readFileSync(file)).fingerprint256.toLowerCase()}`;
+}
