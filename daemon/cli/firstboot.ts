@@ -1,19 +1,30 @@
 // `sovereign firstboot`: the appliance's first-boot steps (daemon/firstboot), run by sovereign-firstboot.service at
 // every boot before the daemon; each step finds its work done after the first. Prints what the installer records.
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { loadConfig, manifestPath } from '../config/index.js';
 import { firstBoot, reportFile } from '../firstboot/index.js';
 import { loadManifest } from '../models/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
 import { printJson } from './output.js';
 
-export const DEFAULT_SOURCES = ['/run/sovereign/media'];
+/** Where the image's mount-media script mounts a models partition and USB disks, one directory each. */
+export const MEDIA_DIR = '/run/sovereign/media';
+
+function mountedMedia(): string[] {
+  if (!existsSync(MEDIA_DIR)) return [];
+  return readdirSync(MEDIA_DIR, { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => join(MEDIA_DIR, e.name))
+    .sort();
+}
 
 export const FIRSTBOOT_HELP = `Usage: sovereign firstboot [--source DIR ...] [--tls-name NAME ...] [options]
 
 Prepares the device to serve, each step only if it is not done yet:
   state      create the data directory
   audit-key  create the audit signing key in the TPM (audit.tcti) when none exists (or the software key)
-  models     import models from each --source DIR (default ${DEFAULT_SOURCES.join(', ')}, where the
+  models     import models from each --source DIR (default: each directory in ${MEDIA_DIR}, where the
              image mounts a models partition and USB disks): signed bundles (bundle.json, in DIR or one
              level down; trusted keys in models.bundleKeys) and model files whose manifest entry pins a checksum
   tls        for the HTTPS postures, a P-256 key and a self-signed certificate at tls.key / tls.cert when
@@ -45,7 +56,7 @@ export async function firstbootCommand(argv: string[]): Promise<number> {
   const report = await firstBoot({
     config,
     manifest,
-    sources: values.source ?? DEFAULT_SOURCES,
+    sources: values.source ?? mountedMedia(),
     say,
     ...(values['tls-name']?.length ? { tlsNames: values['tls-name'] } : {}),
   });
