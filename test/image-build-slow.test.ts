@@ -225,4 +225,23 @@ if (!enabled) {
     const owner = statSync(join(state, 'audit-public-key.pem')).uid;
     t.not(owner, 0, 'what first boot made belongs to the daemon’s user, not root');
   });
+
+  t.test('the image boots in QEMU (UEFI, dm-verity root, swtpm as its TPM) and the daemon answers', async (t) => {
+    if (!existsSync('/usr/share/OVMF/OVMF_CODE_4M.fd') || spawnSync('qemu-system-x86_64', ['--version']).status !== 0) {
+      t.skip('qemu-system-x86 and ovmf are not installed');
+      return;
+    }
+    const boot = spawnSync(join(REPO, 'image-build', 'qemu-boot'), [image, '--port', '18943', '--timeout', '1500'], {
+      encoding: 'utf8',
+      timeout: 30 * 60_000,
+    });
+    t.equal(boot.status, 0, boot.stdout.slice(-3000) + boot.stderr.slice(-3000));
+    t.match(
+      boot.stdout,
+      /sovereign answers at https:\/\/127\.0\.0\.1:18943\/v1\/health \(HTTP 401\)/,
+      'the daemon answers, asking for a key',
+    );
+    t.match(boot.stdout, /audit-key +signing key created in the TPM/, 'first boot made the key in the TPM');
+    t.match(boot.stdout, /audit public key +SHA256:[0-9a-f:]{95}/);
+  });
 }

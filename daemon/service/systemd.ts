@@ -46,6 +46,9 @@ const NONE: Notifier = { ready: () => {}, status: () => {}, stopping: () => {} }
 export function systemdNotifier(log: NotifyLog, env: NodeJS.ProcessEnv = process.env): Notifier {
   const path = env.NOTIFY_SOCKET;
   if (!path) return NONE;
+  // Only this process speaks for the service: children (tools it runs) must not inherit the socket, or systemd
+  // hears from a process it does not know (as sd_notify's unset_environment does).
+  delete env.NOTIFY_SOCKET;
   if (path.startsWith('@')) {
     log.warn({ notifySocket: path }, 'NOTIFY_SOCKET is an abstract socket, which unix-dgram cannot address: systemd is not notified');
     return NONE;
