@@ -1,9 +1,19 @@
-// `sovereign models list|import` and `sovereign probe`: what the device has, and what it can serve and why not.
+// `sovereign models list|import|bundle-key|bundle|import-bundle` and `sovereign probe`: what the device has, what it
+// can serve and why not, and signed bundles to carry models onto sealed devices.
+import { readFileSync } from 'node:fs';
 import { loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
 import { llamaRuntime } from '../engines/llama/runtime.js';
 import { inferenceThreads, probeHardware } from '../hardware/index.js';
-import { assessModels, createBundleKey, importBundle, importModel, loadManifest, ModelVerifier, writeBundle } from '../models/index.js';
-import { readFileSync } from 'node:fs';
+import {
+  assessModels,
+  createBundleKey,
+  importBundle,
+  importModel,
+  ImportError,
+  loadManifest,
+  ModelVerifier,
+  writeBundle,
+} from '../models/index.js';
 import { BUILT_IN_ENGINES } from '../service/models.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -108,7 +118,15 @@ export async function modelsCommand(argv: string[]): Promise<number> {
       const trustFiles = values.trust?.length ? values.trust : config.models.bundleKeys;
       const result = await importBundle({
         dir: file,
-        trustedPems: trustFiles.map((f) => readFileSync(f, 'utf8')),
+        trustedPems: trustFiles.map((f) => {
+          try {
+            return readFileSync(f, 'utf8');
+          } catch (err) {
+            throw new ImportError(
+              `cannot read the trusted bundle key ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+            );
+          }
+        }),
         manifest,
         modelsDir: modelsDir(config),
         verifier,

@@ -122,6 +122,10 @@ async function importFromSources(options: FirstBootOptions): Promise<[StepReport
   const modelsDir = modelsDirOf(config);
   const trustedPems = config.models.bundleKeys.map((f) => readFileSync(f, 'utf8'));
   const done: string[] = [];
+  // Model files are gigabytes: the console shows how far each copy is (every 256 MiB, as `models import` does).
+  const progress = (id: string) => (copied: number, total: number) => {
+    if (total >= 256 * 1024 ** 2) say(`models    ${id}: ${Math.round((copied / total) * 100)}% of ${(total / 1024 ** 3).toFixed(2)} GiB`);
+  };
   const store = openStore(config.dataDir);
   try {
     const verifier = new ModelVerifier(store);
@@ -129,7 +133,7 @@ async function importFromSources(options: FirstBootOptions): Promise<[StepReport
       const bundles = [source, ...subdirectories(source)].filter((d) => existsSync(join(d, BUNDLE_FILE)));
       for (const dir of bundles) {
         say(`models    checking the bundle in ${dir}`);
-        const result = await importBundle({ dir, trustedPems, manifest, modelsDir, verifier });
+        const result = await importBundle({ dir, trustedPems, manifest, modelsDir, verifier, onProgress: progress });
         for (const m of result.models) done.push(`${m.id} (${m.outcome === 'present' ? 'already present' : `imported from ${dir}`})`);
       }
       if (bundles.includes(source)) continue;
@@ -146,7 +150,7 @@ async function importFromSources(options: FirstBootOptions): Promise<[StepReport
           continue;
         }
         say(`models    importing ${entry.id} from ${source}`);
-        await importModel({ source: join(source, name), id: entry.id, manifest, modelsDir, verifier });
+        await importModel({ source: join(source, name), id: entry.id, manifest, modelsDir, verifier, onProgress: progress(entry.id) });
         done.push(`${entry.id} (imported from ${source})`);
       }
     }
