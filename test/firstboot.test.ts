@@ -7,6 +7,7 @@ import { createHash, X509Certificate } from 'node:crypto';
 import { mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import t from 'tap';
+import { manifestEntry } from './fixtures/manifest-entry.js';
 import { cli, tempDir } from './helpers/daemon.js';
 import { startSwtpm } from './helpers/tpm.js';
 
@@ -44,21 +45,9 @@ t.test('first boot on an appliance: TPM key, models, certificate, fingerprints; 
   const tcti = await startSwtpm(t);
   const dir = tempDir(t);
   const data = join(dir, 'var-lib-sovereign');
-  const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
   const weights = Buffer.from('bundled weights '.repeat(500));
   const loose = Buffer.from('loose pinned weights '.repeat(300));
-  const entry = (id: string, file: string, bytes: Buffer | null) => ({
-    id,
-    file,
-    sha256: bytes ? sha(bytes) : null,
-    size: bytes ? bytes.length : null,
-    capability: 'chat',
-    engine: 'llama.cpp',
-    languages: ['en'],
-    context: 512,
-    needs: { ramBytes: 1, vramBytes: 0, gpuRequired: false },
-    ownedBy: 'test',
-  });
+  const entry = manifestEntry;
   const manifest = join(dir, 'manifest.json');
   writeFileSync(
     manifest,

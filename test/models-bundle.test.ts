@@ -5,22 +5,12 @@ import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { manifestEntry } from './fixtures/manifest-entry.js';
 import { cli, tempDir } from './helpers/daemon.js';
 
 const dir = tempDir(t);
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-const entry = (id: string, file: string, bytes: Buffer | null) => ({
-  id,
-  file,
-  sha256: bytes ? sha(bytes) : null,
-  size: bytes ? bytes.length : null,
-  capability: 'chat',
-  engine: 'llama.cpp',
-  languages: ['en'],
-  context: 512,
-  needs: { ramBytes: 1, vramBytes: 0, gpuRequired: false },
-  ownedBy: 'test',
-});
+const entry = manifestEntry;
 const pinned = Buffer.from('pinned model weights '.repeat(1000));
 const unpinned = Buffer.from('unpinned model weights '.repeat(700));
 const manifest = join(dir, 'manifest.json');
