@@ -3,12 +3,15 @@
 // from image-build/partitions (on small stand-in images), the sealed configuration, the boot units, and the A/B
 // update script against stand-in slot files: signed payloads only, verified before and after writing, the other slot
 // only, an entry on trial.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync, copyFileSync } from 'node:fs';
+import { createServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import t from 'tap';
-import { cli, tempDir } from './helpers/daemon.js';
+import { cli, startDaemon, tempDir } from './helpers/daemon.js';
+import { selfSignedCert } from './helpers/tls.js';
 
 const IMAGE_BUILD = resolve(import.meta.dirname, '..', 'image-build');
 const ROOTFS = join(IMAGE_BUILD, 'rootfs');
@@ -54,6 +57,9 @@ t.test('image.conf: Debian packages for the daemon, the kernel and verity; no co
   );
   t.ok(Number(conf.BOOT_TRIES) >= 1);
   t.match(conf.CMDLINE_EXTRA, /rd\.shell=0/, 'no shell in the initrd on failure');
+  // Without a reboot after a failed boot, systemd-boot never counts the try and the machine waits for a person.
+  t.match(conf.CMDLINE_EXTRA, /rd\.emergency=reboot/, 'a failed initrd reboots');
+  t.match(conf.CMDLINE_EXTRA, /(^| )panic=[1-9]\d*( |$)/, 'a panic (a block failing dm-verity) reboots');
 });
 
 t.test('the disk: ESP, two equal root slots with their verity partitions, the data partition last', async (t) => {
@@ -176,6 +182,63 @@ t.test('the boot units: data partition before /var, first boot before the daemon
       .filter((l) => !/Command \/usr\/lib\/sovereign\/[a-z-]+ is not executable: No such file or directory/.test(l));
     t.same(problems, [], `${name} parses`);
   }
+});
+
+t.test('boot assessment: a slot on trial is good once the daemon answers; one that never answers reboots', async (t) => {
+  const dir = tempDir(t);
+  const healthy = join(ROOTFS, 'usr', 'lib', 'sovereign', 'healthy.mjs');
+  // systemctl stands in for the machine's reboot: it records that it was asked. The EFI variable systemd-boot sets
+  // on a counted boot is a file here.
+  const bin = join(dir, 'bin');
+  mkdirSync(bin);
+  const asked = join(dir, 'reboot-asked');
+  writeFileSync(join(bin, 'systemctl'), `#!/bin/sh\necho "$@" >> ${asked}\n`, { mode: 0o755 });
+  const counting = join(dir, 'LoaderBootCountPath');
+  writeFileSync(counting, 'on trial');
+  const assess = (url: string, seconds: number, onTrial: boolean) =>
+    new Promise<{ code: number | null; out: string }>((res) => {
+      const child = spawn(process.execPath, [healthy, '--assess', url, String(seconds)], {
+        env: {
+          PATH: `${bin}:${process.env.PATH}`,
+          SOVEREIGN_BOOT_COUNTING: onTrial ? counting : join(dir, 'no-such-variable'),
+        },
+      });
+      let out = '';
+      child.stdout.on('data', (c) => (out += c));
+      child.stderr.on('data', (c) => (out += c));
+      child.on('close', (code) => res({ code, out }));
+    });
+  const reboots = () => (existsSync(asked) ? readFileSync(asked, 'utf8').trim().split('\n') : []);
+
+  // The daemon itself, in the appliance posture: its unauthenticated 401 proves the whole stack serves.
+  const dataDir = join(dir, 'data');
+  mkdirSync(dataDir);
+  const tls = selfSignedCert(dataDir);
+  const daemon = await startDaemon(t, ['--posture', 'appliance', '--host', '127.0.0.1', '--data-dir', dataDir], {
+    SOVEREIGN_TLS_CERT: tls.cert,
+    SOVEREIGN_TLS_KEY: tls.key,
+  });
+  const good = await assess(`${daemon.baseURL}/health`, 20, true);
+  t.equal(good.code, 0, good.out);
+  t.match(good.out, /\(HTTP 401\): this boot is good/);
+  t.same(reboots(), [], 'an answering daemon never reboots');
+
+  // Something else on the port (not the daemon's error shape) does not count as the daemon answering.
+  const other = createServer({ key: readFileSync(tls.key), cert: readFileSync(tls.cert) }, (_req, res) => res.end('ok'));
+  await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+  t.teardown(() => other.close());
+  const port = (other.address() as AddressInfo).port;
+  const impostor = await assess(`https://127.0.0.1:${port}/v1/health`, 3, true);
+  t.equal(impostor.code, 1);
+  t.match(impostor.out, /did not answer .* within 3 s/);
+  t.match(impostor.out, /on trial .* rebooting/);
+  t.same(reboots(), ['reboot'], 'on trial, no answer in time reboots the machine (a try used)');
+
+  // Not on trial (a normal boot, or a slot already marked good): it reports, and never reboots.
+  await daemon.stop();
+  const down = await assess(daemon.baseURL + '/health', 3, false);
+  t.equal(down.code, 1);
+  t.same(reboots(), ['reboot'], 'no reboot when systemd-boot is not counting this boot');
 });
 
 t.test('A/B update: only a signed payload, verified before and after writing, into the other slot, on trial', async (t) => {
