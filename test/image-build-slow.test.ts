@@ -84,6 +84,8 @@ if (!enabled) {
   t.equal(build.status, 0, build.stderr.slice(-4000));
   const image = join(out, 'sovereign.img');
   const info = JSON.parse(readFileSync(join(out, 'image.json'), 'utf8'));
+  // For comparing builds of one commit (reproducibility): the same sources should give the same root hash.
+  t.comment(`build ${info.version}: root hash ${info.rootHash}, root.img ${info.files['root.img']}`);
   // Several GB (sparse): hashed by sha256sum, not read into memory.
   const imageSha = execFileSync('sha256sum', [image], { encoding: 'utf8' }).split(' ')[0];
 
@@ -248,7 +250,11 @@ if (!enabled) {
   const qemu = existsSync('/usr/share/OVMF/OVMF_CODE_4M.fd') && spawnSync('qemu-system-x86_64', ['--version']).status === 0;
   const boots = 'the image boots in QEMU (UEFI, dm-verity root, swtpm as its TPM) and the daemon answers';
   t.test(boots, { skip: qemu ? false : 'qemu-system-x86 and ovmf are not installed' }, async (t) => {
-    const boot = spawnSync(join(REPO, 'image-build', 'qemu-boot'), [image, '--port', '18943', '--timeout', '1500'], {
+    // Flashed onto a disk 2 GiB larger than the image: first boot grows the data partition to the disk's end.
+    const larger = join(dir, 'larger.img');
+    execFileSync('cp', ['--sparse=always', image, larger]);
+    execFileSync('truncate', ['-s', '+2G', larger]);
+    const boot = spawnSync(join(REPO, 'image-build', 'qemu-boot'), [larger, '--port', '18943', '--timeout', '1500'], {
       encoding: 'utf8',
       timeout: 30 * 60_000,
     });
@@ -257,6 +263,12 @@ if (!enabled) {
       boot.stdout,
       /sovereign answers at https:\/\/127\.0\.0\.1:18943\/v1\/health \(HTTP 401\)/,
       'the daemon answers, asking for a key',
+    );
+    const grown = /data partition \S+ grown from (\d+) MiB to (\d+) MiB/.exec(boot.stdout);
+    t.ok(grown, 'the data partition grew into the rest of the disk');
+    t.ok(
+      grown && Number(grown[2]) - Number(grown[1]) > 2000,
+      `by the 2 GiB the disk has beyond the image (${grown?.slice(1).join(' -> ')} MiB)`,
     );
     t.match(boot.stdout, /data partition \/dev\/disk\/by-partlabel\/sovereign-data formatted/, 'the data partition got its filesystem');
     t.match(boot.stdout, /audit-key +signing key created in the TPM/, 'first boot made the key in the TPM');
@@ -381,7 +393,11 @@ if (!enabled) {
         now = updated.entries(vm.disk);
       }
       vm.stop();
-      t.match(vm.console(), /systemd-bless-boot\[\d+\]: Marked boot as 'good'/, 'systemd-bless-boot marked it good');
+      t.match(
+        vm.console(),
+        /node\[\d+\]: sovereign answers at https:\/\/127\.0\.0\.1:443\/v1\/health \(HTTP 401\): this boot is good/,
+        'on the machine, sovereign-healthy.service saw the daemon answer (boot-complete.target, on a counted boot only)',
+      );
       // systemd-bless-boot renames the entry the machine booted (LoaderBootCountPath): slot B's, so B was booted.
       t.same(now, ['sovereign-a.conf', 'sovereign-b.conf'], 'slot B is good (its counter is gone); slot A stays, to go back to');
     },

@@ -156,6 +156,7 @@ t.test('the sealed configuration is valid for the appliance posture once first b
     readFileSync(join(ROOTFS, 'etc', 'fstab'), 'utf8'),
     /PARTLABEL=sovereign-data\s+\/var\s+ext4\s+\S*x-systemd.requires=sovereign-data.service/,
   );
+  t.match(readFileSync(join(ROOTFS, 'etc', 'fstab'), 'utf8'), /\/var\s+ext4\s+\S*x-systemd.growfs/, '/var grows to its partition');
 });
 
 t.test('the boot units: data partition before /var, first boot before the daemon, health gates boot-complete', async (t) => {
