@@ -283,7 +283,7 @@ if (!enabled) {
   /**
    * What a device in the field does with an update: a copy of the image (as first flashed) gets a newer build of the
    * same root filesystem written into slot B by the update script, running as it would on slot A, and its entry on
-   * trial. Returns the disk and where its ESP starts.
+   * trial. Returns the disk, the byte where slot B starts, and a reader of the boot entries on (a copy of) that disk.
    */
   const updatedDisk = (t: Test, name: string) => {
     const disk = join(dir, `${name}.img`);
