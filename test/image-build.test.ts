@@ -171,8 +171,23 @@ t.test('the boot units: data partition before /var, first boot before the daemon
   const healthy = unit('sovereign-healthy.service');
   t.match(healthy, /Before=boot-complete.target/);
   t.match(healthy, /RequiredBy=boot-complete.target/);
+  t.match(healthy, /^Wants=sovereign.socket$/m, 'a failed socket still ends in the check (Wants, not Requires)');
   t.ok(existsSync(join(ROOTFS, 'usr', 'lib', 'sovereign', 'healthy.mjs')));
-  for (const name of ['sovereign-data.service', 'sovereign-firstboot.service', 'sovereign-healthy.service']) {
+  // Emergency mode on a slot on trial reboots; the trial is the same EFI variable the boot assessment reads.
+  const failed = unit('sovereign-trial-failed.service');
+  t.match(failed, /^WantedBy=emergency.target/m);
+  t.match(failed, /^SuccessAction=reboot$/m);
+  const counting = /'(\/sys\/firmware\/efi\/efivars\/LoaderBootCountPath-[0-9a-f-]+)'/.exec(
+    readFileSync(join(ROOTFS, 'usr', 'lib', 'sovereign', 'healthy.mjs'), 'utf8'),
+  );
+  t.ok(counting, 'the boot assessment reads LoaderBootCountPath');
+  t.match(failed, new RegExp(`^ConditionPathExists=${counting?.[1]}$`, 'm'), 'only on a boot systemd-boot is counting');
+  for (const name of [
+    'sovereign-data.service',
+    'sovereign-firstboot.service',
+    'sovereign-healthy.service',
+    'sovereign-trial-failed.service',
+  ]) {
     const r = spawnSync('systemd-analyze', ['verify', '--man=no', resolve(import.meta.dirname, '..', 'systemd', name)], {
       encoding: 'utf8',
     });

@@ -14,8 +14,8 @@ const assess = args[0] === '--assess';
 if (assess) args.shift();
 const url = args[0] ?? 'https://127.0.0.1:443/v1/health';
 const seconds = Number(args[1] ?? 600);
-// systemd-boot sets this EFI variable only when it booted an entry with tries left (test/image-build.test.ts points
-// SOVEREIGN_BOOT_COUNTING at a file of its own).
+// systemd-boot sets this EFI variable only when it booted an entry with a boot counter (test/image-build.test.ts
+// points SOVEREIGN_BOOT_COUNTING at a file of its own).
 const COUNTING =
   process.env.SOVEREIGN_BOOT_COUNTING ?? '/sys/firmware/efi/efivars/LoaderBootCountPath-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f';
 
