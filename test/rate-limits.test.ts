@@ -88,7 +88,7 @@ t.test('device posture does not meter', async (t) => {
 });
 
 /** The ApiError a call rejects with, or undefined if it does not. */
-async function thrown(fn: () => Promise<unknown>): Promise<ApiError | undefined> {
+async function thrown(fn: () => unknown): Promise<ApiError | undefined> {
   try {
     await fn();
   } catch (err) {

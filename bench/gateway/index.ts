@@ -31,6 +31,7 @@ const { values } = parseArgs({
     targets: { type: 'string', default: 'upstream,sovereign,portkey' },
     modes: { type: 'string', default: 'buffered,streamed' },
     'host-network': { type: 'boolean', default: false },
+    profile: { type: 'string' },
   },
 });
 
@@ -142,9 +143,14 @@ function chatBody(model: string, stream: boolean): string {
 // --- the three servers ---
 process.stdout.write(`bench:gateway: ${rates.join(', ')} requests/s and saturation (${connections} connections), ${seconds} s each\n`);
 const [echoPort, sovereignPort, portkeyPort] = [await freePort(), await freePort(), await freePort()];
-spawnServer('the echo upstream', process.execPath, ['--import', LOADER, join(import.meta.dirname, 'echo-upstream.ts'), String(echoPort)], {
-  TS_NODE_TRANSPILE_ONLY: '1',
-});
+const echoUpstream = spawnServer(
+  'the echo upstream',
+  process.execPath,
+  ['--import', LOADER, join(import.meta.dirname, 'echo-upstream.ts'), String(echoPort)],
+  {
+    TS_NODE_TRANSPILE_ONLY: '1',
+  },
+);
 const upstreamBase = `http://127.0.0.1:${echoPort}/v1`;
 
 const certFile = join(work, 'cert.pem');
@@ -181,10 +187,23 @@ const cli = (args: string[]) => execFileSync(BIN, [...args, '--config', configFi
 cli(['projects', 'create', 'bench']);
 // Limits with a high ceiling: checked and counted on every call, never reached.
 const key = JSON.parse(cli(['keys', 'create', '--project', 'bench', '--rpm', '100000000', '--tpm', '100000000000'])) as { secret: string };
-spawnServer('sovereign', BIN, ['serve', '--config', configFile]);
+// --profile DIR: the daemon writes a V8 CPU profile there when it stops (the whole run, warm-ups included). Node
+// refuses --cpu-prof in NODE_OPTIONS, so the daemon is then started as bin/sovereign starts it, with the flag added.
+const profileDir = values.profile ? resolve(values.profile) : null;
+const sovereign = profileDir
+  ? spawnServer('sovereign', process.execPath, [
+      '--max-semi-space-size=32',
+      '--cpu-prof',
+      `--cpu-prof-dir=${profileDir}`,
+      join(ROOT, 'dist', 'cli', 'main.js'),
+      'serve',
+      '--config',
+      configFile,
+    ])
+  : spawnServer('sovereign', BIN, ['serve', '--config', configFile]);
 const sovereignBase = `https://127.0.0.1:${sovereignPort}/v1`;
 
-spawnServer(
+const portkey = spawnServer(
   'portkey',
   process.execPath,
   [join(ROOT, 'node_modules', '@portkey-ai', 'gateway', 'build', 'start-server.js'), `--port=${portkeyPort}`, '--headless'],
@@ -221,9 +240,26 @@ const TARGETS: Record<string, (stream: boolean) => Target> = {
 };
 for (const name of targetNames) if (!TARGETS[name]) throw new Error(`unknown target '${name}': use upstream, sovereign, portkey`);
 
+/** A load result with the target process's CPU time (user and system, every thread) per answered call, in ms. */
+type Result = LoadResult & { cpuPerCall: number };
 interface Measured {
-  rates: Map<number, LoadResult>;
-  saturation: LoadResult;
+  rates: Map<number, Result>;
+  saturation: Result;
+}
+
+const SERVERS: Record<string, ChildProcess> = { upstream: echoUpstream, sovereign, portkey };
+const TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+/** CPU seconds a process has used so far (utime + stime from /proc). */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+}
+async function measure(name: string, run: () => Promise<LoadResult>): Promise<Result> {
+  const pid = SERVERS[name].pid!;
+  const before = cpuSeconds(pid);
+  const result = await run();
+  return { ...result, cpuPerCall: ((cpuSeconds(pid) - before) * 1000) / Math.max(1, result.ok) };
 }
 const results = new Map<string, Map<string, Measured>>();
 let sovereignAnswered = 0;
@@ -266,13 +302,13 @@ for (const mode of modes) {
     process.stdout.write(`  ${mode.padEnd(8)} ${name.padEnd(9)} warm-up`);
     const warm = countCalls(name, await saturate(target, warmup, connections));
     if (warm.ok === 0) throw new Error(`${name} answered no call during its warm-up (${warm.failed} failed)`);
-    const measured: Measured = { rates: new Map(), saturation: warm };
+    const measured: Measured = { rates: new Map(), saturation: { ...warm, cpuPerCall: NaN } };
     for (const rate of rates) {
       process.stdout.write(`, ${rate}/s`);
-      measured.rates.set(rate, countCalls(name, await paced(target, rate, seconds, connections)));
+      measured.rates.set(rate, await measure(name, async () => countCalls(name, await paced(target, rate, seconds, connections))));
     }
     process.stdout.write(', saturation\n');
-    measured.saturation = countCalls(name, await saturate(target, seconds, connections));
+    measured.saturation = await measure(name, async () => countCalls(name, await saturate(target, seconds, connections)));
     byTarget.set(name, measured);
   }
 }
@@ -283,7 +319,7 @@ const row = (cells: string[]) => `${cells.map((c, i) => (i < 2 ? c.padEnd(i === 
 const goals: string[] = [];
 for (const [mode, byTarget] of results) {
   process.stdout.write(`\n${mode}\n`);
-  process.stdout.write(row(['target', 'load', 'req/s', 'p50 ms', 'p99 ms', '+p50 ms', '+p99 ms', 'failed']));
+  process.stdout.write(row(['target', 'load', 'req/s', 'p50 ms', 'p99 ms', '+p50 ms', '+p99 ms', 'failed', 'cpu ms/call']));
   const floor = byTarget.get('upstream');
   for (const rate of [...rates, 0]) {
     for (const [name, measured] of byTarget) {
@@ -300,6 +336,7 @@ for (const [mode, byTarget] of results) {
           added('p50'),
           added('p99'),
           String(r.failed),
+          r.cpuPerCall.toFixed(3),
         ]),
       );
     }
@@ -348,4 +385,11 @@ if (unanswered.length)
 process.stdout.write(`\ngoals:\n${goals.map((g) => `  ${g}`).join('\n')}\n`);
 stopping = true;
 await agent.close();
+if (profileDir && sovereign.exitCode === null) {
+  // The profile is written as the daemon exits, so let it stop on its own first.
+  const exited = new Promise((r) => sovereign.once('exit', r));
+  sovereign.kill('SIGTERM');
+  await exited;
+  process.stdout.write(`\nthe daemon's CPU profile is in ${profileDir}\n`);
+}
 process.exit(0);

@@ -156,8 +156,8 @@ export class AuditJournal {
 
   /**
    * Starts a new file. No write is in flight (write() runs one batch at a time), so the old file is complete and
-   * synced; it is removed once lmdb has on disk every entry it holds (their lmdb writes were all issued before
-   * this batch's appends were).
+   * synced; it is removed once lmdb has on disk every entry it holds (lmdbFlushed issues the log's waiting writes
+   * before it waits).
    */
   private rotate(): void {
     const old = this.file(this.generation);

@@ -1,10 +1,10 @@
 // The append-only audit log in lmdb: each entry as canonical JSON under its leaf index, and the hash of every
 // complete subtree above the leaves (level ≥ 1, index), so tree heads and proofs take O(log n) lookups (a leaf's own
-// hash is recomputed from its entry). An append writes the entry and the subtrees it completes in one transaction;
-// every append made in the same event turn shares that transaction (lmdb batches them). The entry is durable, and
-// acknowledged, once the write-ahead journal (journal.ts) has it on disk; lmdb syncs in the background, and a start
-// after a crash replays from the journal what lmdb lost. Without a journal (tools that only read), an append waits
-// for lmdb's own flush. The size is the number of entries both on disk and readable: they are written in order.
+// hash is recomputed from its entry). The entry is durable, and acknowledged, once the write-ahead journal
+// (journal.ts) has it on disk. Its lmdb writes (the entry and the subtrees it completes) are batched: the appends of
+// up to LMDB_BATCH_MS share one lmdb commit, which syncs in the background, and a start after a crash replays from
+// the journal what lmdb lost. Without a journal (tools that only read), an append waits for lmdb's own flush. The
+// size is the number of entries both on disk and readable: they are written in order.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { canonicalJson, type Canonical } from './canonical.js';
@@ -19,6 +19,25 @@ export interface AuditLogOptions {
   journalDir?: string;
 }
 
+/** How long an acknowledged entry may wait before its lmdb write is issued: one lmdb commit serves them all. */
+const LMDB_BATCH_MS = 10;
+/** A batch this large is issued at once. */
+const LMDB_BATCH_ENTRIES = 512;
+
+/** An append's lmdb writes, waiting for the next batch. */
+interface Unwritten {
+  index: number;
+  bytes: Buffer;
+  /** Subtrees the entry completes: [key, hash]. */
+  nodes: Array<[number, Hash]>;
+}
+
+interface SizeWaiter {
+  size: number;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
 export class AuditLog {
   private readonly entries: Database<Buffer, number>;
   private readonly nodes: Database<Buffer, number>;
@@ -27,10 +46,19 @@ export class AuditLog {
   private assigned: number;
   /** Leaves on disk and readable from lmdb: what proofs and checkpoints may cover. */
   private durable: number;
+  /** Leaves the journal has on disk (acknowledged): every leaf below it. */
+  private journaled: number;
+  /** Leaves lmdb has committed: every leaf below it. */
+  private committed: number;
   /** Right edge of the tree: the complete subtree at each level still waiting for its right sibling. */
   private readonly pending = new Map<number, Hash>();
-  /** Resolves when every append so far is durable and readable; rejects if one failed. Appends chain on it, in order. */
-  private tail: Promise<void> = Promise.resolve();
+  /** Appends whose lmdb writes wait for the next batch (journal mode), in index order. */
+  private unwritten: Unwritten[] = [];
+  private batchTimer: NodeJS.Timeout | null = null;
+  /** Resolves when every lmdb batch issued so far has committed. */
+  private lmdbTail: Promise<void> = Promise.resolve();
+  /** settled() callers, each waiting for the log to reach a size. */
+  private sizeWaiters: SizeWaiter[] = [];
   /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
   private failure: Error | null = null;
   /**
@@ -47,13 +75,17 @@ export class AuditLog {
     this.nodes = store.bytes('audit-nodes');
     let replayed: { files: string[]; from: number } | null = null;
     if (options.journalDir) {
-      const opened = AuditJournal.open(options.journalDir, () => store.flushed());
+      // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
+      const opened = AuditJournal.open(options.journalDir, () => {
+        this.writeBatch();
+        return store.flushed();
+      });
       this.journal = opened.journal;
       replayed = { files: opened.files, from: this.replay(opened.records) };
     }
     const size = this.repairTail();
     if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
-    this.assigned = this.durable = size;
+    this.assigned = this.durable = this.journaled = this.committed = size;
     for (let level = 0; 2 ** level <= this.assigned; level++) {
       if (Math.floor(this.assigned / 2 ** level) % 2 === 1) {
         this.pending.set(level, this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1));
@@ -93,62 +125,127 @@ export class AuditLog {
     return this.durable;
   }
 
+  /** Leaves readable through entry(): the acknowledged ones too, which lmdb may not hold yet. */
+  get readable(): number {
+    return Math.max(this.durable, this.journaled);
+  }
+
   /**
    * Appends an entry; resolves with its leaf index once the entry is on disk. The index is taken synchronously, so
    * entries appear in the order append was called.
+   *
+   * With a journal, the entry is durable once the journal has synced it; its lmdb writes (the entry and the subtrees
+   * it completes) wait up to LMDB_BATCH_MS so that one lmdb commit serves many calls. Without one (tools), an append
+   * waits for lmdb's own flush.
    */
-  async append(entry: Canonical): Promise<number> {
-    if (this.failure) throw new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`);
+  append(entry: Canonical): Promise<number> {
+    if (this.failure) {
+      return Promise.reject(new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`));
+    }
     const bytes = Buffer.from(canonicalJson(entry));
     const index = this.assigned++;
     let hash = leafHash(bytes);
-    const writes: Array<Promise<boolean>> = [this.entries.put(index, bytes)];
+    const nodes: Array<[number, Hash]> = [];
     let level = 0;
     for (let i = index; i % 2 === 1; i = (i - 1) / 2) {
       hash = nodeHash(this.pending.get(level)!, hash);
       this.pending.delete(level);
       level++;
-      writes.push(this.nodes.put(level * LEVEL_STRIDE + (i - 1) / 2, hash));
+      nodes.push([level * LEVEL_STRIDE + (i - 1) / 2, hash]);
     }
     this.pending.set(level, hash);
-    const journaled = this.journal?.append(index, bytes);
-    const committed = Promise.all(writes);
-    // Proofs and checkpoints may cover the entry once it is both on disk and readable, and every entry before it
-    // is: a failed write anywhere stops the log.
-    const done: Promise<unknown> = this.tail.then((): Promise<unknown> =>
-      journaled ? Promise.all([journaled, committed]) : committed.then(() => this.store.flushed()),
-    );
-    this.tail = done.then(
+    this.unwritten.push({ index, bytes, nodes });
+    if (!this.journal) {
+      this.writeBatch();
+      return this.lmdbTail
+        .then(() => this.store.flushed())
+        .then(() => this.advance(index + 1, 'journaled'))
+        .then(() => index);
+    }
+    if (this.unwritten.length >= LMDB_BATCH_ENTRIES) this.writeBatch();
+    else this.batchTimer ??= setTimeout(() => this.writeBatch(), LMDB_BATCH_MS);
+    // The journal writes in order and refuses everything after a failed write, so an acknowledged entry never
+    // follows a lost one.
+    return this.journal.append(index, bytes).then(
       () => {
-        this.durable = Math.max(this.durable, index + 1);
-        this.acknowledged.delete(index);
+        if (index >= this.durable) this.acknowledged.set(index, bytes);
+        this.advance(index + 1, 'journaled');
+        return index;
       },
       (err: Error) => {
-        this.failure ??= err;
+        this.stop(err);
         throw err;
       },
     );
-    this.tail.catch(() => {});
-    try {
-      // The journal writes in order and refuses everything after a failed write, so an acknowledged entry never
-      // follows a lost one.
-      await (journaled ?? done);
-    } catch (err) {
-      this.failure ??= err as Error;
-      throw err;
+  }
+
+  /** Issues the waiting lmdb writes as one batch (lmdb commits the puts of one event turn together). */
+  private writeBatch(): void {
+    if (this.batchTimer) {
+      clearTimeout(this.batchTimer);
+      this.batchTimer = null;
     }
-    if (index >= this.durable) this.acknowledged.set(index, bytes);
-    return index;
+    const batch = this.unwritten;
+    if (!batch.length || this.failure) return;
+    this.unwritten = [];
+    const writes: Array<Promise<boolean>> = [];
+    for (const { index, bytes, nodes } of batch) {
+      writes.push(this.entries.put(index, bytes));
+      for (const [key, hash] of nodes) writes.push(this.nodes.put(key, hash));
+    }
+    const end = batch[batch.length - 1]!.index + 1;
+    // Batches commit in the order they were issued; the tail keeps `committed` moving in that order too.
+    this.lmdbTail = this.lmdbTail.then(() =>
+      Promise.all(writes).then(
+        () => this.advance(end, 'committed'),
+        (err: Error) => {
+          this.stop(err);
+          throw err;
+        },
+      ),
+    );
+    this.lmdbTail.catch(() => {});
+  }
+
+  private advance(size: number, what: 'journaled' | 'committed'): void {
+    if (what === 'journaled') this.journaled = Math.max(this.journaled, size);
+    else this.committed = Math.max(this.committed, size);
+    // Without a journal, lmdb's flush is what makes an entry durable: `journaled` then means flushed.
+    const durable = Math.min(this.journaled, this.committed);
+    if (durable <= this.durable) return;
+    this.durable = durable;
+    for (const index of this.acknowledged.keys()) {
+      if (index >= durable) break;
+      this.acknowledged.delete(index);
+    }
+    if (this.sizeWaiters.length) {
+      const waiting = this.sizeWaiters;
+      this.sizeWaiters = [];
+      for (const w of waiting) {
+        if (w.size <= durable) w.resolve();
+        else this.sizeWaiters.push(w);
+      }
+    }
+  }
+
+  private stop(err: Error): void {
+    this.failure ??= err;
+    for (const w of this.sizeWaiters.splice(0)) w.reject(this.failure);
   }
 
   /** Resolves once every append so far is readable for proofs (or rejects after a failed write). */
   settled(): Promise<void> {
-    return this.tail;
+    if (this.failure) return Promise.reject(this.failure);
+    const size = this.assigned;
+    if (size <= this.durable) return Promise.resolve();
+    this.writeBatch();
+    return new Promise((resolve, reject) => this.sizeWaiters.push({ size, resolve, reject }));
   }
 
-  /** Closes the journal after its last batch. */
+  /** Issues the last batch, then closes the journal after its last write. */
   async close(): Promise<void> {
-    await this.tail.catch(() => {});
+    this.writeBatch();
+    await this.lmdbTail.catch(() => {});
     await this.journal?.close();
   }
 

@@ -52,7 +52,8 @@ const SCAN_SLICE = 20_000;
  */
 export async function findByRequestId(audit: AuditService, requestId: string, within: number): Promise<number | null> {
   const needle = Buffer.from(`"request_id":${JSON.stringify(requestId)}`);
-  const size = audit.log.size;
+  // Acknowledged entries lmdb does not hold yet are searched too: a client asks right after its answer.
+  const size = audit.log.readable;
   const last = Math.max(0, size - within);
   for (let i = size - 1; i >= last; i--) {
     if (audit.log.entry(i)?.includes(needle)) return i;

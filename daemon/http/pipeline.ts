@@ -1,6 +1,7 @@
-// The request pipeline, in order. Each stage is one fastify hook; the order here is the order a call meets them,
-// and docs/architecture.md draws the same list with the status each stage may return. Stages that do nothing on
-// this posture (metering on sealed postures) are left out, so those calls skip them entirely.
+// The request pipeline, in order: the order here is the order a call meets the stages, and docs/architecture.md
+// draws the same list with the status each stage may return. The stages of one fastify hook (onRequest, preHandler)
+// run inside a single hook. Stages that do nothing on this posture (metering on sealed postures) are left out, so
+// those calls skip them entirely.
 //
 //   1. identify          every response   X-Region, X-Request-Id, X-Sovereign; 503 while draining
 //   2. admit             /v1              503 server_overloaded past limits.maxInFlight
@@ -22,7 +23,14 @@ import { ScrubSession } from '../scrub/index.js';
 import type { AuditService } from '../audit/index.js';
 import type { DocumentLibrary } from '../documents/index.js';
 import type { KeyRegistry } from '../keys/index.js';
-import { keyLimits, LimiterUnavailableError, type InFlightGate, type KeyLimits, type KeyQuota } from '../limits/index.js';
+import {
+  keyLimits,
+  LimiterUnavailableError,
+  type InFlightGate,
+  type KeyLimits,
+  type KeyQuota,
+  type LimitHeaders,
+} from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { EgressService } from '../egress/index.js';
@@ -75,7 +83,8 @@ type Hook = 'onRequest' | 'preHandler';
 export interface Stage {
   name: string;
   hook: Hook;
-  run: (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
+  /** Returns a promise only when the stage has to wait: stages that do not wait cost no promise. */
+  run: (request: FastifyRequest, reply: FastifyReply) => void | Promise<void>;
 }
 
 function declarationOf(request: FastifyRequest): RouteDeclaration | undefined {
@@ -87,7 +96,7 @@ export function identifyStage(deps: PipelineDeps): Stage {
   return {
     name: 'identify',
     hook: 'onRequest',
-    async run(request, reply) {
+    run(request, reply) {
       request.call = newCallContext();
       reply.headers(deps.fixedHeaders).header('x-request-id', request.id);
       if (deps.state.draining) {
@@ -113,7 +122,7 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
     {
       name: 'admit',
       hook: 'onRequest',
-      async run(request, reply) {
+      run(request, reply) {
         if (!deps.gate.tryEnter()) {
           throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
         }
@@ -123,7 +132,7 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
     {
       name: 'authenticate',
       hook: 'onRequest',
-      async run(request) {
+      run(request) {
         if (declarationOf(request)?.auth === false) return;
         request.call.principal = authenticate(request.headers.authorization, deps.keys);
       },
@@ -131,21 +140,31 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
     metered && {
       name: 'limit requests',
       hook: 'onRequest',
-      async run(request, reply) {
+      run(request, reply) {
         if (!request.call.principal) return;
         const quota = quotaOf(request, deps.config);
         request.call.quota = quota;
-        try {
-          reply.headers(await deps.limits.admitRequest(quota));
-        } catch (err) {
+        // An essential route (health) is still served when the shared limiter does not answer.
+        const tolerate = (err: unknown) => {
           if (!(err instanceof LimiterUnavailableError && declarationOf(request)?.essential)) throw err;
+        };
+        let headers: LimitHeaders | Promise<LimitHeaders>;
+        try {
+          headers = deps.limits.admitRequest(quota);
+        } catch (err) {
+          return tolerate(err);
         }
+        if (!(headers instanceof Promise)) {
+          reply.headers(headers);
+          return;
+        }
+        return headers.then((h) => void reply.headers(h), tolerate);
       },
     },
     {
       name: 'resolve model',
       hook: 'preHandler',
-      async run(request) {
+      run(request) {
         const capability = declarationOf(request)?.capability;
         if (!capability) return;
         request.call.model = deps.catalog.resolve((request.body as { model?: unknown } | undefined)?.model, capability);
@@ -154,27 +173,33 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
     metered && {
       name: 'limit tokens',
       hook: 'preHandler',
-      async run(request, reply) {
+      run(request, reply) {
         const estimate = declarationOf(request)?.tokens;
         const quota = request.call.quota;
         if (!estimate || !quota) return;
         const tokens = Math.max(1, Math.ceil(estimate(request.body, request.call.model?.contextTokens)));
-        reply.headers(await deps.limits.reserveTokens(quota, tokens));
-        request.call.reservedTokens = tokens;
-        // Stage 9, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the engine
-        // reports it used (an engine reports even for aborted work; a call that never reached one used nothing).
-        onCallEnd(request, reply, () => {
-          const settle = () => deps.limits.settleTokens(quota, tokens, request.call.usedTokens ?? 0);
-          // An abandoned call's engine reports what it used only once it has stopped.
-          if (request.call.engineWork) void request.call.engineWork.then(settle, settle);
-          else settle();
-        });
+        const reserved = (headers: LimitHeaders) => {
+          reply.headers(headers);
+          request.call.reservedTokens = tokens;
+          // Stage 9, settle tokens: when the call ends, finished or abandoned, the reservation becomes what the
+          // engine reports it used (an engine reports even for aborted work; a call that never reached one used
+          // nothing).
+          onCallEnd(request, reply, () => {
+            const settle = () => deps.limits.settleTokens(quota, tokens, request.call.usedTokens ?? 0);
+            // An abandoned call's engine reports what it used only once it has stopped.
+            if (request.call.engineWork) void request.call.engineWork.then(settle, settle);
+            else settle();
+          });
+        };
+        const headers = deps.limits.reserveTokens(quota, tokens);
+        if (headers instanceof Promise) return headers.then(reserved);
+        reserved(headers);
       },
     },
     {
       name: 'scrub',
       hook: 'preHandler',
-      async run(request) {
+      run(request) {
         const scrub = declarationOf(request)?.scrub;
         if (scrub && request.body !== undefined) scrubRequest(request, scrub, request.body);
       },
@@ -203,6 +228,35 @@ export function scrubRequest(request: FastifyRequest, scrub: NonNullable<RouteDe
   request.call.scrubSession = session;
 }
 
+/**
+ * Adds the stages as hooks: the stages of one hook run in order inside a single fastify hook, so a call pays one
+ * hook per phase however many stages it has.
+ */
 export function registerStages(app: FastifyInstance, stages: Stage[]): void {
-  for (const stage of stages) app.addHook(stage.hook, stage.run);
+  for (const hook of ['onRequest', 'preHandler'] as const) {
+    const runs = stages.filter((s) => s.hook === hook).map((s) => s.run);
+    if (runs.length) app.addHook(hook, stagesHook(runs));
+  }
+}
+
+function stagesHook(runs: Array<Stage['run']>) {
+  return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+    let i = 0;
+    const next = (): void => {
+      try {
+        while (i < runs.length) {
+          const waiting = runs[i++]!(request, reply);
+          if (waiting) {
+            waiting.then(next, done);
+            return;
+          }
+        }
+      } catch (err) {
+        done(err as Error);
+        return;
+      }
+      done();
+    };
+    next();
+  };
 }

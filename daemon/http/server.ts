@@ -57,8 +57,9 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
 
   // A response sent before its request body was read (401, 429, 503, 404 on a POST) closes the connection, so the
   // client cannot make the daemon read and discard a body it never accepted.
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
     if (!request.raw.complete) reply.header('connection', 'close');
+    done(null, payload);
   });
 
   // Path → methods, to tell "wrong method" (405) from "no such route" (404).

@@ -65,13 +65,37 @@ function checkLimit(name: string, value: number | undefined): void {
   if (!Number.isSafeInteger(value) || value < 1) throw new KeysError('invalid', `${name} must be a whole number ≥ 1`);
 }
 
+/** A key record as authentication needs it, with its hashes ready to compare. */
+interface CachedKey {
+  record: KeyRecord;
+  hash: Buffer;
+  previous?: Buffer;
+}
+
+const VERSION = 'keys';
+
 export class KeyRegistry {
   private readonly projects: Database<ProjectRecord | string, string>;
   private readonly keys: Database<KeyRecord, string>;
+  /**
+   * A counter every change to a key bumps, in the same transaction, whichever process makes it (the CLI, the
+   * dashboard): authentication reads this one number instead of decoding the key's record on every call, and drops
+   * its cache when the number moved.
+   */
+  private readonly versions: Database<number, string>;
+  private readonly cache = new Map<string, CachedKey>();
+  private cachedVersion: number | undefined;
 
   constructor(store: Store) {
     this.projects = store.db<ProjectRecord | string>('projects');
     this.keys = store.db<KeyRecord>('keys');
+    this.versions = store.db<number>('versions');
+  }
+
+  /** Writes a key record and bumps the version; the caller holds a write transaction. */
+  private save(record: KeyRecord): void {
+    this.keys.putSync(record.id, record);
+    this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
   }
 
   createProject(name: string): ProjectRecord {
@@ -146,7 +170,7 @@ export class KeyRegistry {
       ...(options.tpm !== undefined ? { tpm: options.tpm } : {}),
       ...(options.plan !== undefined ? { plan: options.plan } : {}),
     };
-    this.keys.putSync(id, record);
+    this.keys.transactionSync(() => this.save(record));
     return { key: this.view(record), secret };
   }
 
@@ -176,7 +200,7 @@ export class KeyRegistry {
       const next: KeyRecord = { ...record, hash: hashSecret(secret), hint: redact(secret), rotatedAt: new Date().toISOString() };
       if (graceSeconds > 0) next.previous = { hash: record.hash, until: Date.now() + graceSeconds * 1000 };
       else delete next.previous;
-      this.keys.putSync(id, next);
+      this.save(next);
       return { key: this.view(next), secret };
     });
   }
@@ -187,7 +211,7 @@ export class KeyRegistry {
       if (record.revokedAt) return this.view(record);
       const next: KeyRecord = { ...record, revokedAt: new Date().toISOString() };
       delete next.previous;
-      this.keys.putSync(id, next);
+      this.save(next);
       return this.view(next);
     });
   }
@@ -202,7 +226,7 @@ export class KeyRegistry {
         if (value === null) delete next[field];
         else if (value !== undefined) next[field] = value;
       }
-      this.keys.putSync(id, next);
+      this.save(next);
       return this.view(next);
     });
   }
@@ -213,22 +237,43 @@ export class KeyRegistry {
       const next: KeyRecord = { ...this.requireKey(id) };
       if (plan === null) delete next.plan;
       else next.plan = plan;
-      this.keys.putSync(id, next);
+      this.save(next);
       return this.view(next);
     });
   }
 
-  /** The active key a presented secret belongs to, or null. Reads lmdb each time so CLI changes apply at once. */
+  /**
+   * The active key a presented secret belongs to, or null. A change made by any process applies to the next call:
+   * the version counter is read each time, and a moved counter drops every cached record.
+   */
   authenticate(secret: string, now = Date.now()): KeyRecord | null {
     const id = keyIdOf(secret);
     const presented = hashSecret(secret);
-    const record = id ? this.keys.get(id) : undefined;
-    const current = hashMatches(presented, record?.hash);
-    const previous = hashMatches(presented, record?.previous?.hash);
+    const key = id ? this.cached(id) : undefined;
+    // Both comparisons run whatever the outcome, so timing does not tell which hash matched.
+    const current = hashMatches(presented, key?.hash);
+    const previous = hashMatches(presented, key?.previous);
+    const record = key?.record;
     if (!record || record.revokedAt) return null;
     if (current) return record;
     if (previous && record.previous && record.previous.until > now) return record;
     return null;
+  }
+
+  private cached(id: string): CachedKey | undefined {
+    const version = this.versions.get(VERSION);
+    if (version !== this.cachedVersion) {
+      this.cache.clear();
+      this.cachedVersion = version;
+    }
+    let key = this.cache.get(id);
+    if (key) return key;
+    const record = this.keys.get(id);
+    // Unknown ids are not cached: anyone can present them, and a miss costs one read.
+    if (!record) return undefined;
+    key = { record, hash: Buffer.from(record.hash), ...(record.previous ? { previous: Buffer.from(record.previous.hash) } : {}) };
+    this.cache.set(id, key);
+    return key;
   }
 
   private view(record: KeyRecord): KeyView {

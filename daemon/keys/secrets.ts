@@ -32,7 +32,7 @@ const ZERO = Buffer.alloc(32);
 
 /** Constant-time comparison of a presented secret's hash against a stored one (or a dummy when none exists). */
 export function hashMatches(presented: Buffer, stored: Uint8Array | undefined): boolean {
-  const against = stored && stored.length === 32 ? Buffer.from(stored) : ZERO;
+  const against = stored && stored.length === 32 ? stored : ZERO;
   return timingSafeEqual(presented, against) && against !== ZERO;
 }
 

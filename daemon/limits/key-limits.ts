@@ -53,54 +53,45 @@ export class KeyLimits {
   /** When a failed decision was last logged: while the store is down every call fails, and one line a minute says so. */
   private lastFailureLogged = 0;
 
-  private async decide(change: Bucket, cost: number, other: Bucket, now: number | undefined): Promise<PairDecision> {
+  /**
+   * The store's decision: synchronous for the memory store (a call that needs no wait costs no promise), a promise
+   * for Redis. A store that fails is reported as LIMITER_UNAVAILABLE either way.
+   */
+  private decide(change: Bucket, cost: number, other: Bucket, now: number | undefined): PairDecision | Promise<PairDecision> {
+    let decision: PairDecision | Promise<PairDecision>;
     try {
-      return await this.store.consume(change, cost, other, now);
+      decision = this.store.consume(change, cost, other, now);
     } catch (err) {
-      if (Date.now() - this.lastFailureLogged >= 60_000) {
-        this.lastFailureLogged = Date.now();
-        this.log?.warn({ err: (err as Error).message }, 'rate-limit decisions are failing; calls get 503 until the limiter answers');
-      }
-      throw LIMITER_UNAVAILABLE();
+      throw this.unavailable(err as Error);
     }
+    return decision instanceof Promise
+      ? decision.catch((err: Error) => {
+          throw this.unavailable(err);
+        })
+      : decision;
+  }
+
+  private unavailable(err: Error): LimiterUnavailableError {
+    if (Date.now() - this.lastFailureLogged >= 60_000) {
+      this.lastFailureLogged = Date.now();
+      this.log?.warn({ err: err.message }, 'rate-limit decisions are failing; calls get 503 until the limiter answers');
+    }
+    return LIMITER_UNAVAILABLE();
   }
 
   /** Admits one request or throws 429. Returns the headers for both limits as they stand after admission. */
-  async admitRequest(quota: KeyQuota, now?: number): Promise<LimitHeaders> {
-    const { changed: decision, other } = await this.decide(requestsOf(quota), 1, tokensOf(quota), now);
-    const headers = { ...headersFor('requests', decision), ...headersFor('tokens', other) };
-    if (!decision.allowed) {
-      const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-      throw new ApiError(
-        'rate_limit_exceeded',
-        `Rate limit reached for key ${quota.keyId}: ${quota.rpm} requests per minute. Retry in ${seconds}s, or ask the operator for a higher limit.`,
-        { headers: { ...headers, 'retry-after': String(seconds) }, type: 'requests' },
-      );
-    }
-    return headers;
+  admitRequest(quota: KeyQuota, now?: number): LimitHeaders | Promise<LimitHeaders> {
+    const decision = this.decide(requestsOf(quota), 1, tokensOf(quota), now);
+    return decision instanceof Promise ? decision.then((d) => admitted(quota, d)) : admitted(quota, decision);
   }
 
   /**
    * Reserves the tokens a call may use (prompt plus the most it may generate) or throws 429. The caller settles the
    * reservation with the real count when the call ends.
    */
-  async reserveTokens(quota: KeyQuota, tokens: number, now?: number): Promise<LimitHeaders> {
-    const { changed: decision, other } = await this.decide(tokensOf(quota), tokens, requestsOf(quota), now);
-    const headers = { ...headersFor('requests', other), ...headersFor('tokens', decision) };
-    if (decision.allowed) return headers;
-    if (!Number.isFinite(decision.retryAfterMs)) {
-      throw new ApiError(
-        'rate_limit_exceeded',
-        `This request needs up to ${tokens} tokens, more than the ${quota.tpm} tokens per minute allowed for key ${quota.keyId}. Lower max_tokens or shorten the input.`,
-        { headers: { ...headers, 'retry-after': '60' }, type: 'tokens' },
-      );
-    }
-    const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-    throw new ApiError(
-      'rate_limit_exceeded',
-      `Rate limit reached for key ${quota.keyId}: ${quota.tpm} tokens per minute. Retry in ${seconds}s, or ask the operator for a higher limit.`,
-      { headers: { ...headers, 'retry-after': String(seconds) }, type: 'tokens' },
-    );
+  reserveTokens(quota: KeyQuota, tokens: number, now?: number): LimitHeaders | Promise<LimitHeaders> {
+    const decision = this.decide(tokensOf(quota), tokens, requestsOf(quota), now);
+    return decision instanceof Promise ? decision.then((d) => reserved(quota, tokens, d)) : reserved(quota, tokens, decision);
   }
 
   /** Replaces a reservation by what the call really used (its response has gone: no headers to make). */
@@ -115,6 +106,37 @@ export class KeyLimits {
       this.log?.warn({ err: (err as Error).message, keyId: quota.keyId }, 'could not settle a token reservation');
     }
   }
+}
+
+function admitted(quota: KeyQuota, { changed: decision, other }: PairDecision): LimitHeaders {
+  const headers = { ...headersFor('requests', decision), ...headersFor('tokens', other) };
+  if (!decision.allowed) {
+    const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
+    throw new ApiError(
+      'rate_limit_exceeded',
+      `Rate limit reached for key ${quota.keyId}: ${quota.rpm} requests per minute. Retry in ${seconds}s, or ask the operator for a higher limit.`,
+      { headers: { ...headers, 'retry-after': String(seconds) }, type: 'requests' },
+    );
+  }
+  return headers;
+}
+
+function reserved(quota: KeyQuota, tokens: number, { changed: decision, other }: PairDecision): LimitHeaders {
+  const headers = { ...headersFor('requests', other), ...headersFor('tokens', decision) };
+  if (decision.allowed) return headers;
+  if (!Number.isFinite(decision.retryAfterMs)) {
+    throw new ApiError(
+      'rate_limit_exceeded',
+      `This request needs up to ${tokens} tokens, more than the ${quota.tpm} tokens per minute allowed for key ${quota.keyId}. Lower max_tokens or shorten the input.`,
+      { headers: { ...headers, 'retry-after': '60' }, type: 'tokens' },
+    );
+  }
+  const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
+  throw new ApiError(
+    'rate_limit_exceeded',
+    `Rate limit reached for key ${quota.keyId}: ${quota.tpm} tokens per minute. Retry in ${seconds}s, or ask the operator for a higher limit.`,
+    { headers: { ...headers, 'retry-after': String(seconds) }, type: 'tokens' },
+  );
 }
 
 const requestsOf = (quota: KeyQuota): Bucket => ({ name: `r:${quota.keyId}`, limit: quota.rpm });
