@@ -241,3 +241,27 @@ t.test('with the write-ahead journal: acknowledged entries lmdb lost come back a
   await log.close();
   await store.close();
 });
+
+t.test('with the journal, lmdb gets entries in batches: an acknowledged entry is readable at once, proofs wait for lmdb', async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  const log = new AuditLog(store, { journalDir: dir });
+  const entries = Array.from({ length: 5 }, (_, n) => ({ n }));
+  const indexes = await Promise.all(entries.map((e) => log.append(e)));
+  t.same(indexes, [0, 1, 2, 3, 4], 'indexes in the order of the appends');
+  // Acknowledged means in the journal; lmdb's batch waits a few milliseconds, and until it is written proofs and
+  // checkpoints cannot cover the entries (size), but each entry is readable.
+  t.equal(log.readable, 5);
+  t.ok(log.size <= 5);
+  t.equal(log.entry(4)?.toString('utf8'), canonicalJson({ n: 4 }), 'an acknowledged entry is readable at once');
+  await log.settled();
+  t.equal(log.size, 5, 'settled: lmdb holds every entry');
+  t.equal(store.bytes('audit-entries').get(4)?.toString('utf8'), canonicalJson({ n: 4 }));
+  const reference = subtreesOf(entries.map((e) => leafHash(Buffer.from(canonicalJson(e)))));
+  t.ok(log.root().equals(treeHead(reference, 5)), 'and the subtrees written with them give the right head');
+  // Entries still waiting for their batch when the log closes are written before it does.
+  await log.append({ n: 5 });
+  await log.close();
+  t.equal(store.bytes('audit-entries').get(5)?.toString('utf8'), canonicalJson({ n: 5 }), 'close writes the last batch');
+  await store.close();
+});

@@ -1,17 +1,22 @@
 // The audit log's write-ahead journal: what makes an entry durable before its response leaves. An lmdb commit with
-// its sync costs about a millisecond at best and tens at worst on this kind of disk; appending to one file and
-// fdatasync-ing it costs about a tenth of that. So each entry is appended here (every entry that arrives while a
-// sync is running shares the next one: group commit), acknowledged once synced, and written to lmdb in the
-// background. At start, entries the journal holds beyond what lmdb has are replayed into it; a record torn by a
+// its sync costs about a millisecond at best and tens at worst on this kind of disk; appending to one file opened
+// with O_DSYNC (each write returns once it is on disk) costs about a tenth of that. So each entry is appended here
+// (every entry that arrives while a write is running shares the next one: group commit), acknowledged once written,
+// and written to lmdb in the background. At start, entries the journal holds beyond what lmdb has are replayed into it; a record torn by a
 // crash mid-write was never acknowledged and is dropped. Files rotate once lmdb has everything they hold on disk.
 //
 // Record: u32 payload length, u32 CRC-32 of (index, payload), f64 leaf index, payload (the entry's canonical JSON);
 // all little-endian.
-import { closeSync, fdatasync, fsyncSync, openSync, readdirSync, readFileSync, unlinkSync, writev } from 'node:fs';
+import { closeSync, constants, fsyncSync, openSync, readdirSync, readFileSync, unlinkSync, write } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 
 const HEADER = 16;
+/**
+ * Every write is durable when it returns (O_DSYNC: the data and the size that reaches it, as fdatasync makes them):
+ * one call to the thread pool per batch instead of a write and a sync.
+ */
+const OPEN_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
 const PREFIX = 'audit-journal.';
 /** Past this size a journal file is replaced by a new one (and removed once lmdb has its entries on disk). */
 const ROTATE_BYTES = 32 * 1024 * 1024;
@@ -72,7 +77,7 @@ export class AuditJournal {
 
   /** A new journal file, its name made durable too (fdatasync covers the file, not the directory entry). */
   private create(generation: number): number {
-    const fd = openSync(this.file(generation), 'a', 0o600);
+    const fd = openSync(this.file(generation), OPEN_FLAGS, 0o600);
     const dir = openSync(this.dir, 'r');
     try {
       fsyncSync(dir);
@@ -123,7 +128,7 @@ export class AuditJournal {
     });
   }
 
-  /** Writes and syncs everything queued, one batch at a time; appends made meanwhile wait for the next batch. */
+  /** Writes everything queued, one batch at a time; appends made meanwhile wait for the next batch. */
   private write(): void {
     if (this.bytes >= ROTATE_BYTES) this.rotate();
     const records = this.queue;
@@ -146,10 +151,12 @@ export class AuditJournal {
           this.queue = [];
         } else if (this.queue.length) this.write();
       };
-      writev(fd, records, (err, written) => {
+      // One buffer, one write: the batch lands whole or the journal stops.
+      const batch = records.length === 1 ? records[0]! : Buffer.concat(records);
+      write(fd, batch, 0, batch.length, null, (err, written) => {
         if (err) return done(err);
         this.bytes += written;
-        fdatasync(fd, (syncErr) => done(syncErr));
+        done(written === batch.length ? null : new Error(`the audit journal wrote ${written} of ${batch.length} bytes`));
       });
     });
   }
