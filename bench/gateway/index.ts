@@ -2,8 +2,8 @@
 //
 // Four targets answer the same chat call (a bilingual prompt holding an IBAN, a national ID and a card number):
 //   1. upstream: an OpenAI-shaped echo server that answers at once (the floor of every gateway);
-//   2. floor: the daemon's stack (fastify over HTTPS, undici) proxying to it with none of the pipeline
-//      (floor-proxy.ts): what any pipeline built on this stack starts from;
+//   2. bare: the daemon's stack (fastify over HTTPS, undici) proxying to it with none of the pipeline
+//      (bare-proxy.ts): what any pipeline built on this stack starts from;
 //   3. sovereign: `sovereign serve` in the cloud posture (HTTPS, auth, per-key limits with a high ceiling,
 //      scrubbing of the prompt and the answer, an audit entry flushed to disk before each response, checkpoints
 //      signed every second) routing the model to that upstream;
@@ -30,7 +30,7 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '8' },
     warmup: { type: 'string', default: '15' },
     connections: { type: 'string', default: '50' },
-    targets: { type: 'string', default: 'upstream,floor,sovereign,portkey' },
+    targets: { type: 'string', default: 'upstream,bare,sovereign,portkey' },
     modes: { type: 'string', default: 'buffered,streamed' },
     'host-network': { type: 'boolean', default: false },
     profile: { type: 'string' },
@@ -144,7 +144,7 @@ function chatBody(model: string, stream: boolean): string {
 
 // --- the three servers ---
 process.stdout.write(`bench:gateway: ${rates.join(', ')} requests/s and saturation (${connections} connections), ${seconds} s each\n`);
-const [echoPort, sovereignPort, portkeyPort, floorPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
+const [echoPort, sovereignPort, portkeyPort, barePort] = [await freePort(), await freePort(), await freePort(), await freePort()];
 const echoUpstream = spawnServer(
   'the echo upstream',
   process.execPath,
@@ -215,27 +215,27 @@ const portkey = spawnServer(
 );
 const portkeyBase = `http://127.0.0.1:${portkeyPort}/v1`;
 
-const floor = spawnServer(
-  'the floor proxy',
+const bare = spawnServer(
+  'the bare proxy',
   process.execPath,
   [
     '--import',
     LOADER,
     '--max-semi-space-size=32',
-    join(import.meta.dirname, 'floor-proxy.ts'),
-    String(floorPort),
+    join(import.meta.dirname, 'bare-proxy.ts'),
+    String(barePort),
     upstreamBase,
     certFile,
     keyFile,
   ],
   { TS_NODE_TRANSPILE_ONLY: '1' },
 );
-const floorBase = `https://127.0.0.1:${floorPort}/v1`;
+const bareBase = `https://127.0.0.1:${barePort}/v1`;
 
 const agent = new Agent({ connect: { ca } });
 await waitFor(`${upstreamBase}/models`);
 await waitFor(`http://127.0.0.1:${portkeyPort}/`);
-await waitFor(`https://127.0.0.1:${floorPort}/health`);
+await waitFor(`https://127.0.0.1:${barePort}/health`);
 const auth = { authorization: `Bearer ${key.secret}` };
 const health = (await waitFor(`${sovereignBase}/health`, auth, (body) =>
   (body as { models: Array<{ id: string; readiness: string }> }).models.some((m) => m.id === 'bench-chat' && m.readiness === 'ready'),
@@ -244,7 +244,7 @@ const entriesBefore = health.audit.entries;
 
 const TARGETS: Record<string, (stream: boolean) => Target> = {
   upstream: (stream) => ({ name: 'upstream', url: `${upstreamBase}/chat/completions`, headers: {}, body: chatBody('echo', stream) }),
-  floor: (stream) => ({ name: 'floor', url: `${floorBase}/chat/completions`, headers: {}, body: chatBody('bench-chat', stream), ca }),
+  bare: (stream) => ({ name: 'bare', url: `${bareBase}/chat/completions`, headers: {}, body: chatBody('bench-chat', stream), ca }),
   sovereign: (stream) => ({
     name: 'sovereign',
     url: `${sovereignBase}/chat/completions`,
@@ -259,7 +259,7 @@ const TARGETS: Record<string, (stream: boolean) => Target> = {
     body: chatBody('echo', stream),
   }),
 };
-for (const name of targetNames) if (!TARGETS[name]) throw new Error(`unknown target '${name}': use upstream, floor, sovereign, portkey`);
+for (const name of targetNames) if (!TARGETS[name]) throw new Error(`unknown target '${name}': use upstream, bare, sovereign, portkey`);
 
 /** A load result with the target process's CPU time (user and system, every thread) per answered call, in ms. */
 type Result = LoadResult & { cpuPerCall: number };
@@ -268,7 +268,7 @@ interface Measured {
   saturation: Result;
 }
 
-const SERVERS: Record<string, ChildProcess> = { upstream: echoUpstream, floor, sovereign, portkey };
+const SERVERS: Record<string, ChildProcess> = { upstream: echoUpstream, bare, sovereign, portkey };
 const TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
 /** CPU seconds a process has used so far (utime + stime from /proc). */
 function cpuSeconds(pid: number): number {
@@ -371,12 +371,12 @@ for (const [mode, byTarget] of results) {
     );
     goals.push(`${mode}: saturation at least 5x Portkey's: ${ratio >= 5 ? 'met' : 'NOT met'} (${ratio.toFixed(2)}x)`);
   }
-  const bare = byTarget.get('floor');
-  if (ours && bare) {
-    const pipeline = ours.saturation.cpuPerCall - bare.saturation.cpuPerCall;
+  const stack = byTarget.get('bare');
+  if (ours && stack) {
+    const pipeline = ours.saturation.cpuPerCall - stack.saturation.cpuPerCall;
     process.stdout.write(
-      `the pipeline's own CPU per call at saturation (sovereign minus floor): ${pipeline.toFixed(3)} ms` +
-        (theirs ? `; floor / portkey: ${(bare.saturation.rps / theirs.saturation.rps).toFixed(2)}x requests/s` : '') +
+      `the pipeline's own CPU per call at saturation (sovereign minus bare): ${pipeline.toFixed(3)} ms` +
+        (theirs ? `; bare / portkey: ${(stack.saturation.rps / theirs.saturation.rps).toFixed(2)}x requests/s` : '') +
         '\n',
     );
   }

@@ -22,21 +22,44 @@ function onSocketClose(socket: Socket, callback: () => void): () => void {
   return () => callbacks.delete(callback);
 }
 
-/** Runs `callback` once, when the call's response has closed or its connection is gone. */
+/** A call's end, shared by every callback registered for it: one set of listeners per call, however many ask. */
+interface CallEnd {
+  callbacks: Array<(finished: boolean) => void>;
+  /** Set once the call has ended: whether its response was completely written. */
+  finished: boolean | null;
+}
+
+const endsByResponse = new WeakMap<FastifyReply['raw'], CallEnd>();
+
+/**
+ * Runs `callback` once, when the call's response has closed or its connection is gone (at once, on the next
+ * microtask, if that has already happened).
+ */
 export function onCallEnd(request: FastifyRequest, reply: FastifyReply, callback: (finished: boolean) => void): void {
-  let done = false;
+  const response = reply.raw;
+  const known = endsByResponse.get(response);
+  if (known) {
+    if (known.finished === null) known.callbacks.push(callback);
+    else {
+      const finished = known.finished;
+      queueMicrotask(() => callback(finished));
+    }
+    return;
+  }
+  const state: CallEnd = { callbacks: [callback], finished: null };
+  endsByResponse.set(response, state);
   let forget = () => {};
   const end = () => {
-    if (done) return;
-    done = true;
+    if (state.finished !== null) return;
+    state.finished = response.writableFinished;
     forget();
-    reply.raw.off('close', end);
-    callback(reply.raw.writableFinished);
+    response.off('close', end);
+    for (const fn of state.callbacks.splice(0)) fn(state.finished);
   };
-  reply.raw.once('close', end);
+  response.once('close', end);
   const socket = request.raw.socket as Socket | null;
   if (socket && !socket.destroyed) forget = onSocketClose(socket, end);
-  else if (!socket || socket.destroyed) queueMicrotask(end);
+  else queueMicrotask(end);
 }
 
 /** A signal that fires when the client goes away before the response is complete. */

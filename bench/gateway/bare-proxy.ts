@@ -2,14 +2,14 @@
 // one undici pool to the echo upstream, the request's JSON parsed and a new body sent, the answer parsed and
 // reshaped (buffered) or piped through (streamed). No auth, limits, scrubbing or audit. What it costs per call is
 // what any pipeline built on this stack starts from, so the distance from it to the daemon is the pipeline's own
-// cost. Run as its own process: `node … floor-proxy.ts PORT UPSTREAM_BASE_URL CERT KEY`.
+// cost. Run as its own process: `node … bare-proxy.ts PORT UPSTREAM_BASE_URL CERT KEY`.
 import { readFileSync } from 'node:fs';
 import Fastify from 'fastify';
 import { Pool } from 'undici';
 
 const [port, upstreamBase, certFile, keyFile] = process.argv.slice(2);
 if (!port || !upstreamBase || !certFile || !keyFile) {
-  process.stderr.write('usage: floor-proxy.ts PORT UPSTREAM_BASE_URL CERT KEY\n');
+  process.stderr.write('usage: bare-proxy.ts PORT UPSTREAM_BASE_URL CERT KEY\n');
   process.exit(2);
 }
 const upstream = new URL(upstreamBase);
@@ -41,7 +41,7 @@ app.post('/v1/chat/completions', async (request, reply) => {
   if (body.stream) return reply.type('text/event-stream').send(response.body);
   const answer = (await response.body.json()) as { choices: unknown; usage: unknown };
   return {
-    id: 'chatcmpl-floor',
+    id: 'chatcmpl-bare',
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
     model: body.model,
