@@ -265,3 +265,46 @@ t.test('with the journal, lmdb gets entries in batches: an acknowledged entry is
   t.equal(store.bytes('audit-entries').get(5)?.toString('utf8'), canonicalJson({ n: 5 }), 'close writes the last batch');
   await store.close();
 });
+
+t.test('with the journal, a failed lmdb batch stops the log without losing what the journal acknowledged', async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  let failNext = false;
+  const failing: typeof store = {
+    ...store,
+    bytes(name) {
+      const db = store.bytes(name);
+      if (name !== 'audit-entries') return db;
+      return new Proxy(db, {
+        get(target, prop, receiver) {
+          if (prop === 'put' && failNext) {
+            failNext = false;
+            return () => Promise.reject(new Error('MDB_MAP_FULL'));
+          }
+          const value = Reflect.get(target, prop, receiver) as unknown;
+          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+    },
+  };
+  const log = new AuditLog(failing, { journalDir: dir });
+  for (let i = 0; i < 3; i++) await log.append({ n: i });
+  await log.settled();
+  failNext = true;
+  // The journal acknowledges both; their lmdb batch fails.
+  t.same(await Promise.all([log.append({ n: 3 }), log.append({ n: 4 })]), [3, 4], 'acknowledged: they are in the journal');
+  await t.rejects(log.settled(), /MDB_MAP_FULL/, 'the lmdb batch failed');
+  await t.rejects(log.append({ n: 5 }), /stopped after a failed write/, 'and nothing more is appended');
+  t.match(log.problem, /MDB_MAP_FULL/);
+  t.equal(log.size, 3, 'proofs cover only what lmdb holds');
+  await log.close();
+  await store.close();
+
+  const reopened = openStore(dir);
+  const replayed = new AuditLog(reopened, { journalDir: dir });
+  t.equal(replayed.size, 5, 'the next start replays the acknowledged entries from the journal');
+  const reference = subtreesOf(Array.from({ length: 5 }, (_, n) => leafHash(Buffer.from(canonicalJson({ n })))));
+  t.ok(replayed.root(5).equals(treeHead(reference, 5)));
+  await replayed.close();
+  await reopened.close();
+});

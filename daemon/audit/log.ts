@@ -55,6 +55,8 @@ export class AuditLog {
   /** Appends whose lmdb writes wait for the next batch (journal mode), in index order. */
   private unwritten: Unwritten[] = [];
   private batchTimer: NodeJS.Timeout | null = null;
+  /** Set by close(): later appends are refused, so no write can follow the last batch. */
+  private closing = false;
   /** Resolves when every lmdb batch issued so far has committed. */
   private lmdbTail: Promise<void> = Promise.resolve();
   /** settled() callers, each waiting for the log to reach a size. */
@@ -76,9 +78,11 @@ export class AuditLog {
     let replayed: { files: string[]; from: number } | null = null;
     if (options.journalDir) {
       // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
+      // After a failed write nothing is issued any more, so the file must stay (the next start replays it).
       const opened = AuditJournal.open(options.journalDir, () => {
+        if (this.failure) return Promise.reject(this.failure);
         this.writeBatch();
-        return store.flushed();
+        return this.lmdbTail.then(() => store.flushed());
       });
       this.journal = opened.journal;
       replayed = { files: opened.files, from: this.replay(opened.records) };
@@ -142,6 +146,7 @@ export class AuditLog {
     if (this.failure) {
       return Promise.reject(new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`));
     }
+    if (this.closing) return Promise.reject(new Error('the audit log is closed'));
     const bytes = Buffer.from(canonicalJson(entry));
     const index = this.assigned++;
     let hash = leafHash(bytes);
@@ -163,7 +168,11 @@ export class AuditLog {
         .then(() => index);
     }
     if (this.unwritten.length >= LMDB_BATCH_ENTRIES) this.writeBatch();
-    else this.batchTimer ??= setTimeout(() => this.writeBatch(), LMDB_BATCH_MS);
+    else if (!this.batchTimer) {
+      this.batchTimer = setTimeout(() => this.writeBatch(), LMDB_BATCH_MS);
+      // close() writes what is waiting; the timer alone does not keep a process alive.
+      this.batchTimer.unref();
+    }
     // The journal writes in order and refuses everything after a failed write, so an acknowledged entry never
     // follows a lost one.
     return this.journal.append(index, bytes).then(
@@ -188,15 +197,24 @@ export class AuditLog {
     const batch = this.unwritten;
     if (!batch.length || this.failure) return;
     this.unwritten = [];
-    const writes: Array<Promise<boolean>> = [];
-    for (const { index, bytes, nodes } of batch) {
-      writes.push(this.entries.put(index, bytes));
-      for (const [key, hash] of nodes) writes.push(this.nodes.put(key, hash));
+    let committed: Promise<unknown>;
+    try {
+      const writes: Array<Promise<boolean>> = [];
+      for (const { index, bytes, nodes } of batch) {
+        writes.push(this.entries.put(index, bytes));
+        for (const [key, hash] of nodes) writes.push(this.nodes.put(key, hash));
+      }
+      committed = Promise.all(writes);
+    } catch (err) {
+      // This runs from a timer and from the journal's rotation: a throw must stop the log, not escape.
+      committed = Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
+    // Handled here at once: a batch after a failed one never gets its own turn in the tail below.
+    committed.catch((err: Error) => this.stop(err));
     const end = batch[batch.length - 1]!.index + 1;
     // Batches commit in the order they were issued; the tail keeps `committed` moving in that order too.
     this.lmdbTail = this.lmdbTail.then(() =>
-      Promise.all(writes).then(
+      committed.then(
         () => this.advance(end, 'committed'),
         (err: Error) => {
           this.stop(err);
@@ -242,8 +260,9 @@ export class AuditLog {
     return new Promise((resolve, reject) => this.sizeWaiters.push({ size, resolve, reject }));
   }
 
-  /** Issues the last batch, then closes the journal after its last write. */
+  /** Refuses further appends, writes the last batch, then closes the journal after its last write. */
   async close(): Promise<void> {
+    this.closing = true;
     this.writeBatch();
     await this.lmdbTail.catch(() => {});
     await this.journal?.close();

@@ -247,7 +247,7 @@ function stagesHook(runs: Array<Stage['run']>) {
         while (i < runs.length) {
           const waiting = runs[i++]!(request, reply);
           if (waiting) {
-            waiting.then(next, done);
+            waiting.then(next, (err: unknown) => done(err instanceof Error ? err : new Error(`a pipeline stage failed: ${String(err)}`)));
             return;
           }
         }

@@ -13,6 +13,9 @@ export function readBody(response: Dispatcher.ResponseData, maxBytes: number): P
     body.destroy();
     return Promise.reject(new Error(`the upstream's answer is ${declared} bytes, more than the ${maxBytes} accepted`));
   }
+  // A body already over has sent its events: waiting for them would wait forever.
+  if (body.errored) return Promise.reject(body.errored);
+  if (body.destroyed || body.readableEnded) return Promise.reject(new Error('the upstream answer was cut off before its end'));
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let length = 0;
