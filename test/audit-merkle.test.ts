@@ -5,7 +5,7 @@ import { appendFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { AuditLog, canonicalJson, merkle } from '../daemon/audit/index.js';
-import { openStore } from '../daemon/store/index.js';
+import { openStore, type Store } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
 
 const { leafHash, inclusionProof, consistencyProof, treeHead, subtreesOf, EMPTY_ROOT } = merkle;
@@ -152,12 +152,10 @@ t.test('the log in lmdb: stored subtrees give the same heads and proofs, durably
   await store.close();
 });
 
-t.test('a failed write stops the log without a hole; a hole left on disk is cut off at the next start', async (t) => {
-  const dir = tempDir(t);
-  const store = openStore(dir);
-  // One write of the entries database fails, as a full disk would make it.
+/** The store, except that the entries database's next put after failNextPut() fails, as a full disk would make it. */
+function failingOnce(store: Store): { failing: Store; failNextPut: () => void } {
   let failNext = false;
-  const failing: typeof store = {
+  const failing: Store = {
     ...store,
     bytes(name) {
       const db = store.bytes(name);
@@ -174,9 +172,16 @@ t.test('a failed write stops the log without a hole; a hole left on disk is cut 
       });
     },
   };
+  return { failing, failNextPut: () => (failNext = true) };
+}
+
+t.test('a failed write stops the log without a hole; a hole left on disk is cut off at the next start', async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  const { failing, failNextPut } = failingOnce(store);
   const log = new AuditLog(failing);
   for (let i = 0; i < 3; i++) await log.append({ n: i });
-  failNext = true;
+  failNextPut();
   const results = await Promise.allSettled([log.append({ n: 3 }), log.append({ n: 4 })]);
   t.same(
     results.map((r) => r.status),
@@ -269,28 +274,11 @@ t.test('with the journal, lmdb gets entries in batches: an acknowledged entry is
 t.test('with the journal, a failed lmdb batch stops the log without losing what the journal acknowledged', async (t) => {
   const dir = tempDir(t);
   const store = openStore(dir);
-  let failNext = false;
-  const failing: typeof store = {
-    ...store,
-    bytes(name) {
-      const db = store.bytes(name);
-      if (name !== 'audit-entries') return db;
-      return new Proxy(db, {
-        get(target, prop, receiver) {
-          if (prop === 'put' && failNext) {
-            failNext = false;
-            return () => Promise.reject(new Error('MDB_MAP_FULL'));
-          }
-          const value = Reflect.get(target, prop, receiver) as unknown;
-          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-        },
-      });
-    },
-  };
+  const { failing, failNextPut } = failingOnce(store);
   const log = new AuditLog(failing, { journalDir: dir });
   for (let i = 0; i < 3; i++) await log.append({ n: i });
   await log.settled();
-  failNext = true;
+  failNextPut();
   // The journal acknowledges both; their lmdb batch fails.
   t.same(await Promise.all([log.append({ n: 3 }), log.append({ n: 4 })]), [3, 4], 'acknowledged: they are in the journal');
   await t.rejects(log.settled(), /MDB_MAP_FULL/, 'the lmdb batch failed');
