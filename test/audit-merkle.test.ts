@@ -4,7 +4,7 @@
 import { appendFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { AuditLog, canonicalJson, merkle } from '../daemon/audit/index.js';
+import { AuditLog, callEntryJson, canonicalJson, merkle, type CallRecord } from '../daemon/audit/index.js';
 import { openStore, type Store } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
 
@@ -295,4 +295,48 @@ t.test('with the journal, a failed lmdb batch stops the log without losing what 
   t.ok(replayed.root(5).equals(treeHead(reference, 5)));
   await replayed.close();
   await reopened.close();
+});
+
+t.test("a call's entry is written as the canonical JSON of its fields, whatever they hold", async (t) => {
+  const base: CallRecord = {
+    requestId: 'req_0123',
+    keyId: 'key_abc',
+    projectId: 'proj_x',
+    method: 'POST',
+    route: '/v1/chat/completions',
+    model: 'bench-chat',
+    status: 200,
+    redactions: { NATIONAL_ID: 1, IQAMA: 0, IBAN: 2, CARD: 0 },
+    answerRedactions: { NATIONAL_ID: 0, IQAMA: 3, IBAN: 0, CARD: 1 },
+    requestSha256: 'a'.repeat(64),
+    responseSha256: 'b'.repeat(64),
+  };
+  const variants: Array<[string, CallRecord]> = [
+    ['a plain call', base],
+    ['a call that left the boundary', { ...base, leftBoundary: 'openai' }],
+    ['no model, no redactions, an error status', { ...base, model: null, redactions: null, answerRedactions: null, status: 503 }],
+    // Quotes, backslashes, control characters, Arabic, a lone surrogate: each must be escaped as JSON.stringify does.
+    ['strings that need escaping', { ...base, route: '/v1/"x"\\\n\u0001', model: 'نموذج\ud800', projectId: 'p\u2028q' }],
+  ];
+  for (const [name, call] of variants) {
+    const time = '2026-11-23T03:00:00.123Z';
+    const expected = canonicalJson({
+      v: 1,
+      time,
+      request_id: call.requestId,
+      key: call.keyId,
+      project: call.projectId,
+      method: call.method,
+      route: call.route,
+      model: call.model,
+      status: call.status,
+      region: 'sa-riyadh-1',
+      redactions: call.redactions,
+      answer_redactions: call.answerRedactions,
+      request_sha256: call.requestSha256,
+      response_sha256: call.responseSha256,
+      left_boundary: call.leftBoundary ?? undefined,
+    });
+    t.equal(callEntryJson(call, time, 'sa-riyadh-1'), expected, name);
+  }
 });

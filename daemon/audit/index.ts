@@ -4,7 +4,7 @@
 import { join } from 'node:path';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { Config } from '../config/index.js';
-import type { RedactionCounts } from '../scrub/index.js';
+import { noRedactions, type RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
 import { Checkpointer, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
@@ -39,6 +39,37 @@ export interface AuditHealth {
   latest_checkpoint: { seq: number; size: number; time: string } | null;
   /** Why checkpoints are not being signed, if they are not. */
   problem: string | null;
+}
+
+/** Redaction types in the order canonical JSON sorts them (UTF-16 code units, as Array.prototype.sort does). */
+const REDACTION_TYPES = (Object.keys(noRedactions()) as Array<keyof RedactionCounts>).sort();
+
+function countsJson(counts: RedactionCounts | null): string {
+  if (!counts) return 'null';
+  let out = '{';
+  for (const type of REDACTION_TYPES) out += `${out.length > 1 ? ',' : ''}"${type}":${counts[type]}`;
+  return `${out}}`;
+}
+
+const str = JSON.stringify;
+
+/**
+ * A call's entry as canonical JSON (RFC 8785): the same bytes canonicalJson makes of the entry object, written in
+ * its keys' sorted order without building the object or sorting, because every call pays for it. Strings go through
+ * JSON.stringify as canonicalJson's do; the status is an integer. `test/audit.test.ts` checks the bytes against
+ * canonicalJson; a new field must go in its sorted place.
+ */
+export function callEntryJson(call: CallRecord, time: string, region: string): string {
+  return (
+    `{"answer_redactions":${countsJson(call.answerRedactions)},"key":${str(call.keyId)}` +
+    // Only on calls that left: every other entry keeps the shape it always had.
+    (call.leftBoundary ? `,"left_boundary":${str(call.leftBoundary)}` : '') +
+    `,"method":${str(call.method)},"model":${call.model === null ? 'null' : str(call.model)}` +
+    `,"project":${str(call.projectId)},"redactions":${countsJson(call.redactions)},"region":${str(region)}` +
+    `,"request_id":${str(call.requestId)},"request_sha256":${str(call.requestSha256)}` +
+    `,"response_sha256":${str(call.responseSha256)},"route":${str(call.route)},"status":${call.status}` +
+    `,"time":${str(time)},"v":1}`
+  );
 }
 
 export function softwareKeyFile(config: Config): string {
@@ -94,24 +125,7 @@ export class AuditService {
 
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */
   record(call: CallRecord): Promise<number> {
-    return this.log.append({
-      v: 1,
-      time: new Date().toISOString(),
-      request_id: call.requestId,
-      key: call.keyId,
-      project: call.projectId,
-      method: call.method,
-      route: call.route,
-      model: call.model,
-      status: call.status,
-      region: this.region,
-      redactions: call.redactions,
-      answer_redactions: call.answerRedactions,
-      request_sha256: call.requestSha256,
-      response_sha256: call.responseSha256,
-      // Only on calls that left: every other entry keeps the shape it always had.
-      ...(call.leftBoundary ? { left_boundary: call.leftBoundary } : {}),
-    });
+    return this.log.appendCanonical(callEntryJson(call, new Date().toISOString(), this.region));
   }
 
   get originName(): string {

@@ -143,11 +143,16 @@ export class AuditLog {
    * waits for lmdb's own flush.
    */
   append(entry: Canonical): Promise<number> {
+    return this.appendCanonical(canonicalJson(entry));
+  }
+
+  /** append() for an entry its caller has already written as canonical JSON (the daemon's call entries). */
+  appendCanonical(json: string): Promise<number> {
     if (this.failure) {
       return Promise.reject(new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`));
     }
     if (this.closing) return Promise.reject(new Error('the audit log is closed'));
-    const bytes = Buffer.from(canonicalJson(entry));
+    const bytes = Buffer.from(json);
     const index = this.assigned++;
     let hash = leafHash(bytes);
     const nodes: Array<[number, Hash]> = [];
