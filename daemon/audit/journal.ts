@@ -63,6 +63,8 @@ export class AuditJournal {
   private waiters: Waiter[] = [];
   private writing: Promise<void> | null = null;
   private closed = false;
+  /** The close in progress or done: closing twice waits for the first. */
+  private closing: Promise<void> | null = null;
   /** Set by the first failed write or sync: nothing after a lost record may be acknowledged. */
   private failure: Error | null = null;
 
@@ -182,7 +184,11 @@ export class AuditJournal {
   }
 
   /** Waits for the batch being written, then closes. Files stay until the next start has replayed them. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return (this.closing ??= this.closeOnce());
+  }
+
+  private async closeOnce(): Promise<void> {
     this.closed = true;
     while (this.writing) await this.writing;
     for (const w of this.waiters.splice(0)) w.reject(new Error('the audit journal is closed'));

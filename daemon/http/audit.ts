@@ -47,18 +47,27 @@ export const AUDIT_UNAVAILABLE = new ApiError(
 
 export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): void {
   if (!deps.audit) return;
-  v1.addHook('onSend', async (request, reply, payload) => {
+  // A callback hook, not an async one: every call passes here, and the recording is the only thing to wait for.
+  v1.addHook('onSend', (request, reply, payload, done) => {
     // Streams are recorded by their route when they end, with what was really sent.
-    if (payload instanceof Stream) return payload;
-    const recording = recordCall(deps, request, reply.statusCode, sha256Hex(payload as string | Buffer | null));
-    if (!recording) return payload;
+    if (payload instanceof Stream) return done(null, payload);
+    let recording: Promise<number> | null;
     try {
-      reply.header('x-audit-leaf', String(await recording));
-      return payload;
+      recording = recordCall(deps, request, reply.statusCode, sha256Hex(payload as string | Buffer | null));
     } catch (err) {
-      request.log.error({ err: (err as Error).message }, 'the audit log could not record a call');
-      reply.code(AUDIT_UNAVAILABLE.status).headers(AUDIT_UNAVAILABLE.headers);
-      return JSON.stringify(AUDIT_UNAVAILABLE.toBody());
+      return done(err as Error);
     }
+    if (!recording) return done(null, payload);
+    recording.then(
+      (leaf) => {
+        reply.header('x-audit-leaf', String(leaf));
+        done(null, payload);
+      },
+      (err: Error) => {
+        request.log.error({ err: err.message }, 'the audit log could not record a call');
+        reply.code(AUDIT_UNAVAILABLE.status).headers(AUDIT_UNAVAILABLE.headers);
+        done(null, JSON.stringify(AUDIT_UNAVAILABLE.toBody()));
+      },
+    );
   });
 }
