@@ -195,6 +195,7 @@ const profileDir = values.profile ? resolve(values.profile) : null;
 const sovereign = profileDir
   ? spawnServer('sovereign', process.execPath, [
       '--max-semi-space-size=32',
+      '--initial-old-space-size=256',
       '--cpu-prof',
       `--cpu-prof-dir=${profileDir}`,
       join(ROOT, 'dist', 'cli', 'main.js'),
@@ -221,7 +222,9 @@ const bare = spawnServer(
   [
     '--import',
     LOADER,
+    // The daemon's heap settings (bin/sovereign), so the two stacks differ only by the pipeline.
     '--max-semi-space-size=32',
+    '--initial-old-space-size=256',
     join(import.meta.dirname, 'bare-proxy.ts'),
     String(barePort),
     upstreamBase,
