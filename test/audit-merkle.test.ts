@@ -1,6 +1,6 @@
 // The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
-// leaves), its proofs through the offline verifier's RFC 9162 checks, and the log's stored subtrees against a tree
-// built from the leaves.
+// leaves), its proofs through the offline verifier's RFC 9162 checks, the log's stored subtrees against a tree built
+// from the leaves, and a call's entry bytes against the generic canonical JSON of its fields.
 import { appendFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

@@ -56,8 +56,8 @@ const str = JSON.stringify;
 /**
  * A call's entry as canonical JSON (RFC 8785): the same bytes canonicalJson makes of the entry object, written in
  * its keys' sorted order without building the object or sorting, because every call pays for it. Strings go through
- * JSON.stringify as canonicalJson's do; the status is an integer. `test/audit.test.ts` checks the bytes against
- * canonicalJson; a new field must go in its sorted place.
+ * JSON.stringify as canonicalJson's do; the status is an integer. `test/audit-merkle.test.ts` checks the bytes
+ * against canonicalJson; a new field must go in its sorted place.
  */
 export function callEntryJson(call: CallRecord, time: string, region: string): string {
   return (
