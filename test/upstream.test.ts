@@ -21,6 +21,8 @@ const IBAN = 'SA03 8000 0000 6080 1016 7519';
 
 // --- a misbehaving OpenAI-shaped server; it keeps every body it receives ---
 const received: Array<Record<string, any>> = [];
+/** For each 'slow' call: how long after it arrived its connection closed unanswered (the daemon gave up on it). */
+const slowCancelledAfter: number[] = [];
 const fake = http.createServer((req, res) => {
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
@@ -57,6 +59,10 @@ const fake = http.createServer((req, res) => {
     if (last === 'crash') return error(500, 'Traceback (most recent call last): File "/srv/vllm/engine.py"');
     if (last === 'busy') return error(429, 'queue full', { 'retry-after': '7' });
     if (last === 'slow') {
+      const arrived = Date.now();
+      res.on('close', () => {
+        if (!res.writableEnded) slowCancelledAfter.push(Date.now() - arrived);
+      });
       setTimeout(() => error(500, 'too late'), 3000);
       return;
     }
@@ -506,6 +512,7 @@ t.test('slow streams: a steady one is passed on piece by piece; one that goes si
 
 t.test('a client that gives up before its answer is logged as gone, not as a failure of the daemon', async (t) => {
   const before = cloud.logs.length;
+  const cancelledBefore = slowCancelledAfter.length;
   const gaveUp = await client.chat.completions
     .create({ model: 'fake-chat', messages: [{ role: 'user', content: 'slow' }] }, { signal: AbortSignal.timeout(200) })
     .catch((e) => e);
@@ -514,6 +521,10 @@ t.test('a client that gives up before its answer is logged as gone, not as a fai
   const lines = cloud.logs.slice(before).join('\n');
   t.match(lines, /the client closed the connection before its answer/);
   t.notMatch(lines, /unhandled error|request failed|"level":50/, 'no error logged for it');
+  // The upstream hears of it at once, not when its own timeout (1 s here) would have ended the call.
+  const cancelled = slowCancelledAfter.slice(cancelledBefore);
+  t.equal(cancelled.length, 1, 'the upstream call was cancelled');
+  t.ok(cancelled[0]! < 800, `the upstream's connection closed ${cancelled[0]} ms after the call reached it`);
 });
 
 t.test('config: sealed postures accept loopback upstreams only; names and ids must be unique; no credentials in URLs', async (t) => {
