@@ -4,6 +4,7 @@
 // call on that socket, so a deep pipeline does not pile up listeners.
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { StopSignal } from '../engines/index.js';
 
 const callbacksBySocket = new WeakMap<Socket, Set<() => void>>();
 
@@ -62,11 +63,16 @@ export function onCallEnd(request: FastifyRequest, reply: FastifyReply, callback
   else queueMicrotask(end);
 }
 
-/** A signal that fires when the client goes away before the response is complete. */
-export function abortOnDisconnect(request: FastifyRequest, reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
+/** A stop signal that fires when the client goes away before the response is complete. */
+export function stopOnDisconnect(request: FastifyRequest, reply: FastifyReply): StopSignal {
+  const stop = new StopSignal();
   onCallEnd(request, reply, (finished) => {
-    if (!finished) controller.abort(new Error('client disconnected'));
+    if (!finished) stop.abort(new Error('client disconnected'));
   });
-  return controller.signal;
+  return stop;
+}
+
+/** The same as an AbortSignal, for engines that take only that. */
+export function abortOnDisconnect(request: FastifyRequest, reply: FastifyReply): AbortSignal {
+  return stopOnDisconnect(request, reply).signal;
 }

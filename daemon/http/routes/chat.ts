@@ -2,13 +2,13 @@
 import { createHash } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
+import { StopSignal, type ChatEngine, type ChatMessage, type ChatRequest, type ChatResult, type Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
-import { abortOnDisconnect } from '../lifetime.js';
+import { stopOnDisconnect } from '../lifetime.js';
 import { chatCompletionBody } from './schemas.js';
 
 type ContentPart = { type: string; text?: string };
@@ -183,7 +183,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const { engine, modelId } = engineFor(deps, request);
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
-      const signal = abortOnDisconnect(request, reply);
+      const gone = stopOnDisconnect(request, reply);
       const onUsage = (u: Usage) => {
         request.call.usedTokens = u.promptTokens + u.completionTokens;
         request.call.completionTokens = u.completionTokens;
@@ -191,10 +191,18 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const scrubbing = answerScrubbing(deps, request);
       if (request.body.stream) {
         const record = (sha: string, status: number) => recordCall(deps, request, status, sha);
-        return stream(request, reply, { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing, record });
+        return stream(request, reply, { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record });
       }
 
-      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal, onUsage });
+      // The AbortSignal is made only for an engine that reads it (an upstream watches `stop`).
+      const work = engine.chat(modelId, chatRequest, {
+        onText: () => {},
+        stop: gone,
+        get signal() {
+          return gone.signal;
+        },
+        onUsage,
+      });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       const content = scrubbing ? scrubbing.session.scrub(result.content, scrubbing.tally) : result.content;
@@ -237,7 +245,8 @@ interface StreamArgs {
   chatRequest: ChatRequest;
   id: string;
   created: number;
-  signal: AbortSignal;
+  /** Fires when the client goes away. */
+  gone: StopSignal;
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
   scrubbing: AnswerScrubbing | null;
   /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
@@ -250,7 +259,7 @@ interface StreamArgs {
  * an ordinary error response with its own status and Retry-After.
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
-  const { engine, modelId, chatRequest, id, created, signal, onUsage, scrubbing, record } = args;
+  const { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record } = args;
   const out = new PassThrough();
   // What was sent, for the audit entry's response digest.
   const sent = createHash('sha256');
@@ -292,11 +301,11 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   const scrubber = scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally) : null;
   // If scrubbing the answer fails, generation stops and nothing more of the answer is sent.
   let scrubFailure: Error | null = null;
-  // Generation stops when the client goes or scrubbing fails. (One controller fed by the other's event: cheaper per
-  // call than AbortSignal.any, which tracks its sources through weak references.)
-  const stopGenerating = new AbortController();
-  if (signal.aborted) stopGenerating.abort(signal.reason);
-  else signal.addEventListener('abort', () => stopGenerating.abort(signal.reason), { once: true });
+  // Generation stops when the client goes or scrubbing fails. (One stop fed by the other's event: cheaper per call
+  // than AbortSignal.any, which tracks its sources through weak references.)
+  const stopGenerating = new StopSignal();
+  if (gone.aborted) stopGenerating.abort(gone.reason);
+  else gone.once('abort', () => stopGenerating.abort(gone.reason));
   const scrubbed = (step: () => string) => {
     try {
       contentChunk(step());
@@ -327,7 +336,10 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           start();
           passOn(text);
         },
-        signal: stopGenerating.signal,
+        stop: stopGenerating,
+        get signal() {
+          return stopGenerating.signal;
+        },
         onUsage,
       })
       .then((result) => {
@@ -366,7 +378,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           reject(err instanceof Error ? err : new Error(String(err)));
           return;
         }
-        if (scrubFailure && !signal.aborted) {
+        if (scrubFailure && !gone.aborted) {
           // The message names no value; the answer's remaining text is dropped.
           request.log.error({ err: scrubFailure.message }, 'scrubbing the answer failed');
           const error = new ApiError(
@@ -375,7 +387,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           );
           write(`data: ${JSON.stringify(error.toBody())}\n\n`);
           return finish(error.status);
-        } else if (!signal.aborted) {
+        } else if (!gone.aborted) {
           const error =
             err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
           if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
