@@ -3,6 +3,7 @@ import type { StopSignal } from './stop.js';
 
 // The interface every engine adapter implements (llama.cpp, whisper.cpp, OpenAI-compatible upstreams). Every call
 // takes an AbortSignal: a client that goes away stops the work it started.
+export { abortSignalOf, StopSignal, type AnyStopSignal } from './stop.js';
 
 export interface ChatMessage {
   role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
@@ -47,8 +48,6 @@ export interface ChatResult {
   finishReason: 'stop' | 'length' | 'tool_calls' | 'content_filter';
   usage: Usage;
 }
-
-export { abortSignalOf, StopSignal, type AnyStopSignal } from './stop.js';
 
 export interface ChatCallOptions {
   /** Receives each piece of content as it is produced (for streaming). */

@@ -16,7 +16,15 @@ export class StopSignal extends EventEmitter {
     this.aborted = true;
     this.reason = reason;
     this.linked?.abort(reason);
-    this.emit('abort');
+    try {
+      this.emit('abort');
+    } catch (err) {
+      // As an AbortSignal reports a listener that throws: as an uncaught exception, after the caller of abort() (one
+      // of the end-of-call callbacks, which must all run) has carried on.
+      process.nextTick(() => {
+        throw err;
+      });
+    }
   }
 
   /** An AbortSignal that aborts with this one (already aborted if this one is). */
