@@ -124,6 +124,15 @@ const fake = http.createServer((req, res) => {
       res.end('data: [DONE]\n\n');
       return;
     }
+    if (last === 'long tool call') {
+      // Arguments far past a socket's high-water mark, all in the last events before [DONE].
+      res.write(chunk({ role: 'assistant', content: '' }));
+      const args = JSON.stringify({ note: 'x'.repeat(300_000) });
+      res.write(chunk({ tool_calls: [{ index: 0, id: 'call_long', type: 'function', function: { name: 'note', arguments: args } }] }));
+      res.write(chunk({}, 'tool_calls'));
+      res.end('data: [DONE]\n\n');
+      return;
+    }
     // The answer repeats what it was sent, cut across the value, so answer scrubbing has something to catch.
     const text = `echo: ${last} and my own ${NATIONAL_ID}`;
     res.write(chunk({ role: 'assistant', content: '' }));
@@ -419,6 +428,22 @@ t.test('a streamed answer is scrubbed on the way back, even across pieces; tool 
 
   t.same(calls, [{ id: 'call_up', name: 'transfer', args: '{"iban":"[IBAN]"}' }], 'arguments assembled, then scrubbed');
   t.same(received.at(-1)!.tools, [{ type: 'function', function: { name: 'transfer', parameters: { type: 'object' } } }]);
+
+  // The last events before [DONE] can be larger than a socket takes without waiting for a drain.
+  const long = await client.chat.completions.create({
+    model: 'fake-chat',
+    messages: [{ role: 'user', content: 'long tool call' }],
+    tools: [{ type: 'function', function: { name: 'note', parameters: { type: 'object' } } }],
+    stream: true,
+  });
+  let longArgs = '';
+  let longFinish: string | null = null;
+  for await (const chunk of long) {
+    for (const c of chunk.choices[0]?.delta.tool_calls ?? []) longArgs += c.function?.arguments ?? '';
+    longFinish = chunk.choices[0]?.finish_reason ?? longFinish;
+  }
+  t.equal(longFinish, 'tool_calls');
+  t.equal(longArgs, JSON.stringify({ note: 'x'.repeat(300_000) }), 'all 300,000 characters arrive');
 
   // An upstream that answers a stream request in one JSON piece is still streamed to the client.
   const whole = await client.chat.completions.create({ model: 'fake-chat', messages: [{ role: 'user', content: 'whole' }], stream: true });

@@ -261,28 +261,44 @@ interface StreamArgs {
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
   const { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record } = args;
   const out = new PassThrough();
-  // What was sent, for the audit entry's response digest.
+  // What was sent, for the audit entry's response digest: events are hashed a turn's worth at a time.
   const sent = createHash('sha256');
+  let unhashed = '';
+  const hashWritten = () => {
+    if (unhashed) sent.update(unhashed);
+    unhashed = '';
+  };
   // Events made in the same turn (an upstream's pieces often arrive together) leave in one socket write, so one TLS
-  // record and one syscall carry them, not one each; nothing waits beyond the current turn.
+  // record and one syscall carry them, not one each; nothing waits beyond the current turn. Once the engine is done,
+  // the last events wait for the audit entry and leave with [DONE] and the response's end, in one write.
   let batch = '';
+  let holding = false;
   const flush = () => {
+    hashWritten();
     if (batch) out.write(batch);
     batch = '';
   };
   const send = (text: string) => {
-    if (!batch) queueMicrotask(flush);
+    if (!batch && !holding) queueMicrotask(flush);
     batch += text;
   };
   const write = (event: string) => {
-    sent.update(event);
+    unhashed += event;
     send(event);
   };
-  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
-    write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`);
+  // Every chunk's JSON starts the same way; only its choices differ.
+  const chunkStart = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(modelId)},"choices":`;
+  const chunk = (choices: unknown[], extra?: Record<string, unknown>) =>
+    write(
+      extra
+        ? `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`
+        : `${chunkStart}${JSON.stringify(choices)}}\n\n`,
+    );
   // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
   // ended in an error event is recorded with that error's status (the HTTP status line said 200).
   const finish = async (status = 200) => {
+    holding = true;
+    hashWritten();
     try {
       const leaf = await record(sent.digest('hex'), status);
       if (leaf !== null) send(`: x-audit-leaf ${leaf}\n\n`);
@@ -291,11 +307,21 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       send(`data: ${JSON.stringify(AUDIT_FAILED_AFTER_STREAM.toBody())}\n\n`);
     }
     send('data: [DONE]\n\n');
+    endWith(reply.raw);
+  };
+  // The last events and the chunked encoding's terminator in one socket write: the response is corked until its
+  // end() (which uncorks it fully). Only when nothing waits for a drain and they fit under the socket's high-water
+  // mark: a write past it would wait for a drain that a corked socket never has.
+  const endWith = (res: FastifyReply['raw']) => {
+    const socket = res.socket;
+    const fits = socket !== null && socket.writableLength + 3 * batch.length + 64 < socket.writableHighWaterMark;
+    if (fits && !res.writableEnded && !res.writableNeedDrain && out.readableLength === 0) res.cork();
     flush();
     out.end();
   };
   const contentChunk = (content: string) => {
-    if (content) chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: null }]);
+    if (content)
+      write(`${chunkStart}[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
   };
   // Text that might be the start of a value is held back until the next pieces settle it (never the whole answer).
   const scrubber = scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally) : null;
@@ -344,6 +370,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       })
       .then((result) => {
         start();
+        holding = true;
         if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
         if (scrubFailure) throw scrubFailure;
         let toolCalls: ChatResult['toolCalls'];
