@@ -55,3 +55,78 @@ t.test('a streamed call the log cannot record ends with an audit_unavailable eve
   t.equal(events.at(-1), '[DONE]');
   t.match(JSON.parse(events.at(-2)!), { error: { code: 'audit_unavailable' } }, 'the client is told');
 });
+
+/** Reads a streamed response, noting when each piece arrived. */
+async function piecesOf(res: Response): Promise<Array<{ at: number; text: string }>> {
+  const pieces: Array<{ at: number; text: string }> = [];
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  for (let r = await reader.read(); !r.done; r = await reader.read()) pieces.push({ at: performance.now(), text: decoder.decode(r.value) });
+  return pieces;
+}
+
+t.test("a stream's last events wait for its entry and leave with [DONE]; its text does not", async (t) => {
+  // Tools: an engine that never says it started and never streams text, only returns a tool call.
+  const caller: ChatEngine = {
+    async chat() {
+      const usage = { promptTokens: 1, completionTokens: 1 };
+      return { content: '', toolCalls: [{ id: 'call_1', name: 'look', arguments: '{}' }], finishReason: 'tool_calls', usage };
+    },
+  };
+  const failing: ChatEngine = {
+    async chat(_model, _req, { onText }) {
+      onText(ANSWER);
+      throw new Error('the engine broke');
+    },
+  };
+  const { baseURL, secret, audit } = await startStandInApp(
+    t,
+    { speaker: { engine: speaker }, caller: { engine: caller }, failing: { engine: failing } },
+    {},
+    {},
+    true,
+  );
+  // Every entry takes 800 ms to be written; when it was is noted.
+  const log = audit!.log;
+  const append = log.appendCanonical.bind(log);
+  let writtenAt = Infinity;
+  log.appendCanonical = (json: string) =>
+    new Promise((resolve) => setTimeout(resolve, 800))
+      .then(() => append(json))
+      .then((leaf) => {
+        writtenAt = performance.now();
+        return leaf;
+      });
+  const stream = async (model: string) => {
+    writtenAt = Infinity;
+    const res = await fetch(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model,
+        messages: [{ role: 'user', content: 'hello' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    });
+    t.equal(res.status, 200);
+    const pieces = await piecesOf(res);
+    const arrival = (pattern: RegExp) => pieces.find((p) => pattern.test(p.text))?.at ?? NaN;
+    return { arrival, text: pieces.map((p) => p.text).join('') };
+  };
+
+  const spoken = await stream('speaker');
+  // (Scrubbing holds the last word back: letters that might begin an IBAN. It leaves with the last events.)
+  t.ok(spoken.arrival(/the answer that must not/) < writtenAt, 'the text went out before the entry was written');
+  for (const last of [/"finish_reason":"stop"/, /"usage":\{/, /x-audit-leaf/, /\[DONE\]/])
+    t.ok(spoken.arrival(last) >= writtenAt, `${String(last)} waited for the entry`);
+
+  const called = await stream('caller');
+  for (const last of [/"role":"assistant"/, /"tool_calls":\[/, /"finish_reason":"tool_calls"/, /\[DONE\]/])
+    t.ok(called.arrival(last) >= writtenAt, `${String(last)} waited for the entry (an engine that never said it started)`);
+
+  const failed = await stream('failing');
+  t.ok(failed.arrival(/the answer that must not/) < writtenAt, 'the text before the failure went out at once');
+  t.ok(failed.arrival(/"error":\{/) >= writtenAt, 'the error event waited for the entry');
+  t.match(failed.text, /"error":\{[^]*data: \[DONE\]/, 'and came before [DONE]');
+});

@@ -429,28 +429,34 @@ t.test('a streamed answer is scrubbed on the way back, even across pieces; tool 
   t.same(calls, [{ id: 'call_up', name: 'transfer', args: '{"iban":"[IBAN]"}' }], 'arguments assembled, then scrubbed');
   t.same(received.at(-1)!.tools, [{ type: 'function', function: { name: 'transfer', parameters: { type: 'object' } } }]);
 
-  // The last events before [DONE] can be larger than a socket takes without waiting for a drain.
-  const long = await client.chat.completions.create({
-    model: 'fake-chat',
-    messages: [{ role: 'user', content: 'long tool call' }],
-    tools: [{ type: 'function', function: { name: 'note', parameters: { type: 'object' } } }],
-    stream: true,
-  });
-  let longArgs = '';
-  let longFinish: string | null = null;
-  for await (const chunk of long) {
-    for (const c of chunk.choices[0]?.delta.tool_calls ?? []) longArgs += c.function?.arguments ?? '';
-    longFinish = chunk.choices[0]?.finish_reason ?? longFinish;
-  }
-  t.equal(longFinish, 'tool_calls');
-  t.equal(longArgs, JSON.stringify({ note: 'x'.repeat(300_000) }), 'all 300,000 characters arrive');
-
   // An upstream that answers a stream request in one JSON piece is still streamed to the client.
   const whole = await client.chat.completions.create({ model: 'fake-chat', messages: [{ role: 'user', content: 'whole' }], stream: true });
   let wholeText = '';
   for await (const chunk of whole) wholeText += chunk.choices[0]?.delta.content ?? '';
   t.equal(wholeText, 'echo: whole');
 });
+
+// A corked response would wait forever for a drain; a hang fails here within the timeout, not at the file's.
+t.test(
+  'the last events before [DONE] can be far larger than a socket takes without waiting for a drain',
+  { timeout: 60_000 },
+  async (t) => {
+    const long = await client.chat.completions.create({
+      model: 'fake-chat',
+      messages: [{ role: 'user', content: 'long tool call' }],
+      tools: [{ type: 'function', function: { name: 'note', parameters: { type: 'object' } } }],
+      stream: true,
+    });
+    let longArgs = '';
+    let longFinish: string | null = null;
+    for await (const chunk of long) {
+      for (const c of chunk.choices[0]?.delta.tool_calls ?? []) longArgs += c.function?.arguments ?? '';
+      longFinish = chunk.choices[0]?.finish_reason ?? longFinish;
+    }
+    t.equal(longFinish, 'tool_calls');
+    t.equal(longArgs, JSON.stringify({ note: 'x'.repeat(300_000) }), 'all 300,000 characters arrive');
+  },
+);
 
 t.test('upstream failures map to our errors and never show the upstream’s details', async (t) => {
   const call = (content: string) =>

@@ -310,12 +310,13 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
     endWith(reply.raw);
   };
   // The last events and the chunked encoding's terminator in one socket write: the response is corked until its
-  // end() (which uncorks it fully). Only when nothing waits for a drain and they fit under the socket's high-water
-  // mark: a write past it would wait for a drain that a corked socket never has.
+  // end() (which uncorks it fully). Only once its headers are out, when nothing waits for a drain and the events fit
+  // under the socket's high-water mark (at most 3 bytes per UTF-16 unit, plus the chunk's framing): a write past it
+  // would wait for a drain that a corked socket never has.
   const endWith = (res: FastifyReply['raw']) => {
     const socket = res.socket;
     const fits = socket !== null && socket.writableLength + 3 * batch.length + 64 < socket.writableHighWaterMark;
-    if (fits && !res.writableEnded && !res.writableNeedDrain && out.readableLength === 0) res.cork();
+    if (fits && res.headersSent && !res.writableEnded && !res.writableNeedDrain && out.readableLength === 0) res.cork();
     flush();
     out.end();
   };
@@ -369,8 +370,9 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         onUsage,
       })
       .then((result) => {
-        start();
+        // Set first: for an engine that never said it started, the role chunk waits with the rest.
         holding = true;
+        start();
         if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
         if (scrubFailure) throw scrubFailure;
         let toolCalls: ChatResult['toolCalls'];
@@ -405,6 +407,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           reject(err instanceof Error ? err : new Error(String(err)));
           return;
         }
+        holding = true;
         if (scrubFailure && !gone.aborted) {
           // The message names no value; the answer's remaining text is dropped.
           request.log.error({ err: scrubFailure.message }, 'scrubbing the answer failed');
