@@ -3,7 +3,7 @@ import type { StopSignal } from './stop.js';
 
 // The interface every engine adapter implements (llama.cpp, whisper.cpp, OpenAI-compatible upstreams). Every call
 // takes an AbortSignal: a client that goes away stops the work it started.
-export { abortSignalOf, StopSignal, type AnyStopSignal } from './stop.js';
+export { abortSignalOf, StopCallOptions, StopSignal, type AnyStopSignal } from './stop.js';
 
 export interface ChatMessage {
   role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';

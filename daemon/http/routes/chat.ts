@@ -2,7 +2,15 @@
 import { createHash } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { StopSignal, type ChatEngine, type ChatMessage, type ChatRequest, type ChatResult, type Usage } from '../../engines/index.js';
+import {
+  StopCallOptions,
+  StopSignal,
+  type ChatEngine,
+  type ChatMessage,
+  type ChatRequest,
+  type ChatResult,
+  type Usage,
+} from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
@@ -195,14 +203,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       }
 
       // The AbortSignal is made only for an engine that reads it (an upstream watches `stop`).
-      const work = engine.chat(modelId, chatRequest, {
-        onText: () => {},
-        stop: gone,
-        get signal() {
-          return gone.signal;
-        },
-        onUsage,
-      });
+      const work = engine.chat(modelId, chatRequest, new StopCallOptions({ onText: () => {}, stop: gone, onUsage }));
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       const content = scrubbing ? scrubbing.session.scrub(result.content, scrubbing.tally) : result.content;
@@ -356,19 +357,20 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       resolve(reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').send(out));
     };
     const work = engine
-      .chat(modelId, chatRequest, {
-        onStart: start,
-        stream: true,
-        onText: (text) => {
-          start();
-          passOn(text);
-        },
-        stop: stopGenerating,
-        get signal() {
-          return stopGenerating.signal;
-        },
-        onUsage,
-      })
+      .chat(
+        modelId,
+        chatRequest,
+        new StopCallOptions({
+          onStart: start,
+          stream: true,
+          onText: (text) => {
+            start();
+            passOn(text);
+          },
+          stop: stopGenerating,
+          onUsage,
+        }),
+      )
       .then((result) => {
         // Set first: for an engine that never said it started, the role chunk waits with the rest.
         holding = true;
