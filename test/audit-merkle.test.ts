@@ -1,12 +1,14 @@
 // The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
 // leaves), its proofs through the offline verifier's RFC 9162 checks, the log's stored subtrees against a tree built
 // from the leaves, and a call's entry bytes against the generic canonical JSON of its fields.
-import { appendFileSync, readdirSync } from 'node:fs';
+import { appendFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { AuditLog, callEntryJson, canonicalJson, merkle, type CallRecord } from '../daemon/audit/index.js';
 import { openStore, type Store } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
+import { startStandInApp } from './helpers/app.js';
+import type { ChatEngine } from '../daemon/engines/index.js';
 
 const { leafHash, inclusionProof, consistencyProof, treeHead, subtreesOf, EMPTY_ROOT } = merkle;
 type Hash = Buffer;
@@ -295,6 +297,108 @@ t.test('with the journal, a failed lmdb batch stops the log without losing what 
   t.ok(replayed.root(5).equals(treeHead(reference, 5)));
   await replayed.close();
   await reopened.close();
+});
+
+/** As a crash leaves things: lmdb lost entries `from`..`to - 1` and the subtrees they completed; the journal has them. */
+async function loseFromLmdb(dir: string, from: number, to: number): Promise<void> {
+  const store = openStore(dir);
+  const stored = store.bytes('audit-entries');
+  const nodes = store.bytes('audit-nodes');
+  for (let i = from; i < to; i++) stored.removeSync(i);
+  for (let level = 1; level <= 5; level++) for (let i = Math.floor(from / 2 ** level); i < 32; i++) nodes.removeSync(level * 2 ** 40 + i);
+  await store.close();
+}
+
+const journalFiles = (dir: string) => readdirSync(dir).filter((f) => f.startsWith('audit-journal.'));
+
+t.test('the journal moved: what it acknowledged where it was is replayed, and the old files go', async (t) => {
+  const dataDir = tempDir(t);
+  const [first, second, third] = [tempDir(t), tempDir(t), join(tempDir(t), 'made', 'for', 'it')];
+  let store = openStore(dataDir);
+  let log = new AuditLog(store, { journalDir: first });
+  for (let n = 0; n < 13; n++) await log.append({ n });
+  await log.close();
+  await store.close();
+  await loseFromLmdb(dataDir, 8, 13);
+
+  // Moved: the files are found where the log last journaled, with nothing telling the log where that was.
+  store = openStore(dataDir);
+  log = new AuditLog(store, { journalDir: second });
+  t.equal(log.size, 13, 'the entries acknowledged in the old directory are back');
+  for (let n = 13; n < 16; n++) t.equal(await log.append({ n }), n, 'appends go on in the new one');
+  await store.flushed();
+  await new Promise((r) => setTimeout(r, 20));
+  t.same(journalFiles(first), [], 'the old files are removed once lmdb has their entries on disk');
+  t.same(journalFiles(second), ['audit-journal.1']);
+  await log.close();
+  await store.close();
+  await loseFromLmdb(dataDir, 13, 16);
+
+  // Moved again, to a directory that does not exist yet: the last move was remembered.
+  store = openStore(dataDir);
+  log = new AuditLog(store, { journalDir: third });
+  t.equal(log.size, 16, 'the entries acknowledged in the second directory are back');
+  const reference = subtreesOf(Array.from({ length: 16 }, (_, n) => leafHash(Buffer.from(canonicalJson({ n })))));
+  for (let n = 1; n <= 16; n++) if (!log.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after the moves`);
+  await store.flushed();
+  await new Promise((r) => setTimeout(r, 20));
+  t.same(journalFiles(second), []);
+  t.same(journalFiles(third), ['audit-journal.1'], 'made, with its first file');
+  await log.close();
+  await store.close();
+});
+
+t.test('journal files in a former directory the log does not remember (the daemon passes the data directory) are replayed', async (t) => {
+  const dataDir = tempDir(t);
+  const elsewhere = tempDir(t);
+  let store = openStore(dataDir);
+  let log = new AuditLog(store, { journalDir: dataDir });
+  for (let n = 0; n < 5; n++) await log.append({ n });
+  await log.close();
+  // As a log from before the journal could move: it remembers no directory.
+  store.db<string>('audit-meta').removeSync('journalDir');
+  await store.close();
+  await loseFromLmdb(dataDir, 2, 5);
+
+  store = openStore(dataDir);
+  const unaware = new AuditLog(store, { journalDir: elsewhere });
+  t.equal(unaware.size, 2, 'not found without being told where to look');
+  await unaware.close();
+  log = new AuditLog(store, { journalDir: elsewhere, formerJournalDirs: [dataDir] });
+  t.equal(log.size, 5);
+  const file = join(elsewhere, 'audit-journal.1');
+  t.throws(
+    () => new AuditLog(store, { journalDir: join(file, 'journal') }),
+    /cannot keep the audit journal in .*audit-journal\.1\/journal \(audit\.journalDir, default the data directory\): ENOTDIR/,
+    'a journal directory that cannot be one says which and why',
+  );
+  await log.close();
+  await store.close();
+});
+
+t.test("the daemon's journal is where audit.journalDir says (here from SOVEREIGN_AUDIT_JOURNAL_DIR)", async (t) => {
+  const dir = join(tempDir(t), 'journal');
+  const echo: ChatEngine = {
+    async chat(_model, req) {
+      const usage = { promptTokens: 1, completionTokens: 1 };
+      return { content: req.messages.at(-1)?.content ?? '', toolCalls: [], finishReason: 'stop', usage };
+    },
+  };
+  const { baseURL, secret } = await startStandInApp(t, { echo: { engine: echo } }, {}, { SOVEREIGN_AUDIT_JOURNAL_DIR: dir }, true);
+  const res = await fetch(`${baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'hello' }] }),
+  });
+  t.equal(res.status, 200);
+  t.match(res.headers.get('x-audit-leaf'), /^\d+$/);
+  await res.text();
+  const files = journalFiles(dir);
+  t.equal(files.length, 1, 'made, with one journal file');
+  t.ok(
+    files.some((f) => statSync(join(dir, f)).size > 0),
+    'the entry is in it',
+  );
 });
 
 t.test("a call's entry is written as the canonical JSON of its fields, whatever they hold", async (t) => {

@@ -62,9 +62,11 @@ t.test('a file that is not JSON says so', async (t) => {
 });
 
 t.test('precedence: file < environment < flags; relative paths follow the file', async (t) => {
-  const file = write('layered.json', { region: 'from-file', listen: { port: 1000 }, dataDir: 'state' });
+  const file = write('layered.json', { region: 'from-file', listen: { port: 1000 }, dataDir: 'state', audit: { journalDir: 'journal' } });
   t.equal(loadConfig({ config: file }, {}).config.region, 'from-file');
   t.equal(loadConfig({ config: file }, {}).config.dataDir, join(dir, 'state'));
+  t.equal(loadConfig({ config: file }, {}).config.audit.journalDir, join(dir, 'journal'));
+  t.equal(loadConfig({}, {}).config.audit.journalDir, undefined, 'the data directory unless set');
   const env = { SOVEREIGN_REGION: 'from-env', SOVEREIGN_PORT: '2000' };
   t.match(loadConfig({ config: file }, env).config, { region: 'from-env', listen: { port: 2000 } });
   t.match(loadConfig({ config: file, region: 'from-flag', port: '3000' }, env).config, { region: 'from-flag', listen: { port: 3000 } });

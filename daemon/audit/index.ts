@@ -99,7 +99,8 @@ export class AuditService {
    * (entries are logged, checkpoints wait, health says why); every other posture refuses to start.
    */
   static async open(config: Config, store: Store, log: Logger): Promise<AuditService> {
-    const auditLog = new AuditLog(store, { journalDir: config.dataDir });
+    // Journal files left in the data directory (the default place) are replayed wherever the journal is now.
+    const auditLog = new AuditLog(store, { journalDir: config.audit.journalDir ?? config.dataDir, formerJournalDirs: [config.dataDir] });
     let signer: Signer | null = null;
     let problem: string | null = null;
     try {

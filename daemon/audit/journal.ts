@@ -8,8 +8,8 @@
 //
 // Record: u32 payload length, u32 CRC-32 of (index, payload), f64 leaf index, payload (the entry's canonical JSON);
 // all little-endian.
-import { closeSync, constants, fsyncSync, openSync, readdirSync, readFileSync, unlinkSync, write } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, constants, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, write } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { crc32 } from 'node:zlib';
 
 const HEADER = 16;
@@ -50,6 +50,31 @@ function decode(bytes: Buffer): JournalRecord[] {
   return records;
 }
 
+/** The generations of the journal files in `dir`, oldest first (none if `dir` does not exist). */
+function generationsIn(dir: string): number[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  return names
+    .filter((name) => name.startsWith(PREFIX) && /^\d+$/.test(name.slice(PREFIX.length)))
+    .map((name) => Number(name.slice(PREFIX.length)))
+    .sort((a, b) => a - b);
+}
+
+/** Makes the entries of directory `path` durable (a new file's or directory's name). */
+function syncDirectory(path: string): void {
+  const fd = openSync(path, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 interface Waiter {
   resolve: () => void;
   reject: (err: Error) => void;
@@ -81,28 +106,54 @@ export class AuditJournal {
   /** A new journal file, its name made durable too (fdatasync covers the file, not the directory entry). */
   private create(generation: number): number {
     const fd = openSync(this.file(generation), OPEN_FLAGS, 0o600);
-    const dir = openSync(this.dir, 'r');
-    try {
-      fsyncSync(dir);
-    } finally {
-      closeSync(dir);
-    }
+    syncDirectory(this.dir);
     return fd;
   }
 
   /**
-   * Opens the journal in `dir`: every record the existing files hold (oldest first) for the log to replay, the
-   * files they came from (to remove once lmdb has them on disk), and a journal appending to a new file.
+   * Opens the journal in `dir` (made if missing): every record the existing files hold, in `dir` and in `formerDirs`
+   * (where the journal was before it moved), for the log to replay; the files they came from (to remove once lmdb
+   * has them on disk); and a journal appending to a new file in `dir`.
    */
-  static open(dir: string, lmdbFlushed: () => Promise<void>): { journal: AuditJournal; records: JournalRecord[]; files: string[] } {
-    const generations = readdirSync(dir)
-      .filter((name) => name.startsWith(PREFIX) && /^\d+$/.test(name.slice(PREFIX.length)))
-      .map((name) => Number(name.slice(PREFIX.length)))
-      .sort((a, b) => a - b);
+  static open(
+    dir: string,
+    lmdbFlushed: () => Promise<void>,
+    formerDirs: string[] = [],
+  ): { journal: AuditJournal; records: JournalRecord[]; files: string[] } {
     const records: JournalRecord[] = [];
-    for (const g of generations) records.push(...decode(readFileSync(join(dir, `${PREFIX}${g}`))));
-    const journal = new AuditJournal(dir, (generations.at(-1) ?? 0) + 1, lmdbFlushed);
-    return { journal, records, files: generations.map((g) => join(dir, `${PREFIX}${g}`)) };
+    const files: string[] = [];
+    let last = 0;
+    const unusable = (from: string, err: unknown) =>
+      new Error(
+        from === dir
+          ? `cannot keep the audit journal in ${dir} (audit.journalDir, default the data directory): ${(err as Error).message}`
+          : `cannot read the audit journal files left in ${from}, where the journal was before it moved: ${(err as Error).message}`,
+      );
+    for (const from of [...formerDirs, dir]) {
+      let generations: number[];
+      try {
+        generations = generationsIn(from);
+        for (const g of generations) {
+          const file = join(from, `${PREFIX}${g}`);
+          records.push(...decode(readFileSync(file)));
+          files.push(file);
+        }
+      } catch (err) {
+        throw unusable(from, err);
+      }
+      if (from === dir) last = generations.at(-1) ?? 0;
+    }
+    try {
+      // A directory made here is made durable as well: the journal's first file must not vanish with it in a crash.
+      const made = mkdirSync(dir, { recursive: true, mode: 0o700 });
+      for (let d = dir; made !== undefined; d = dirname(d)) {
+        syncDirectory(dirname(d));
+        if (d === made) break;
+      }
+      return { journal: new AuditJournal(dir, last + 1, lmdbFlushed), records, files };
+    } catch (err) {
+      throw unusable(dir, err);
+    }
   }
 
   /** Removes journal files whose entries lmdb holds on disk. */

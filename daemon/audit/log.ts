@@ -5,6 +5,7 @@
 // up to LMDB_BATCH_MS share one lmdb commit, which syncs in the background, and a start after a crash replays from
 // the journal what lmdb lost. Without a journal (tools that only read), an append waits for lmdb's own flush. The
 // size is the number of entries both on disk and readable: they are written in order.
+import { resolve } from 'node:path';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { canonicalJson, type Canonical } from './canonical.js';
@@ -17,7 +18,15 @@ const LEVEL_STRIDE = 2 ** 40;
 export interface AuditLogOptions {
   /** Directory of the write-ahead journal (the data directory); absent: appends wait for lmdb's flush instead. */
   journalDir?: string;
+  /**
+   * Where journal files may have been left before the journal moved to `journalDir` (the data directory, its
+   * default). The directory the log last journaled in is remembered in lmdb and searched too.
+   */
+  formerJournalDirs?: string[];
 }
+
+/** Where the log last journaled (in the 'audit-meta' database): its files are replayed even after the journal moves. */
+const JOURNAL_DIR_KEY = 'journalDir';
 
 /** How long an acknowledged entry may wait before its lmdb write is issued: one lmdb commit serves them all. */
 const LMDB_BATCH_MS = 10;
@@ -76,14 +85,26 @@ export class AuditLog {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
     let replayed: { files: string[]; from: number } | null = null;
+    /** The journal's directory, when it is not where the log last journaled: remembered once the old files are gone. */
+    let moved: string | null = null;
+    let meta: Database<string, string> | null = null;
     if (options.journalDir) {
+      meta = store.db<string>('audit-meta');
+      const dir = resolve(options.journalDir);
+      const recorded = meta.get(JOURNAL_DIR_KEY);
+      const former = [recorded, ...(options.formerJournalDirs ?? [])].filter((d): d is string => !!d).map((d) => resolve(d));
+      if (recorded !== dir) moved = dir;
       // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
       // After a failed write nothing is issued any more, so the file must stay (the next start replays it).
-      const opened = AuditJournal.open(options.journalDir, () => {
-        if (this.failure) return Promise.reject(this.failure);
-        this.writeBatch();
-        return this.lmdbTail.then(() => store.flushed());
-      });
+      const opened = AuditJournal.open(
+        dir,
+        () => {
+          if (this.failure) return Promise.reject(this.failure);
+          this.writeBatch();
+          return this.lmdbTail.then(() => store.flushed());
+        },
+        [...new Set(former)].filter((d) => d !== dir),
+      );
       this.journal = opened.journal;
       replayed = { files: opened.files, from: this.replay(opened.records) };
     }
@@ -95,11 +116,18 @@ export class AuditLog {
         this.pending.set(level, this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1));
       }
     }
-    // The replayed files go once lmdb has their entries on disk; until then a crash replays them again.
+    // The replayed files go once lmdb has their entries on disk; until then a crash replays them again. A move is
+    // remembered after that: until then the next start still looks where the journal was.
+    const remember = () => {
+      if (moved) meta?.putSync(JOURNAL_DIR_KEY, moved);
+    };
     if (replayed?.files.length) {
       const files = replayed.files;
-      void store.flushed().then(() => AuditJournal.discard(files));
-    }
+      void store.flushed().then(() => {
+        AuditJournal.discard(files);
+        remember();
+      });
+    } else remember();
   }
 
   /** Puts into lmdb the journal's entries it lacks; returns the lowest index put (Infinity if none). */

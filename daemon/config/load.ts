@@ -52,6 +52,7 @@ export const ENV_OVERRIDES: ReadonlyArray<{ env: string; key: string; type: 'str
   { env: 'SOVEREIGN_SCRUB_OUTPUT', key: 'scrub.output', type: 'boolean' },
   { env: 'SOVEREIGN_AUDIT_SIGNER', key: 'audit.signer', type: 'string' },
   { env: 'SOVEREIGN_AUDIT_TCTI', key: 'audit.tcti', type: 'string' },
+  { env: 'SOVEREIGN_AUDIT_JOURNAL_DIR', key: 'audit.journalDir', type: 'string' },
 ];
 
 const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']> = [
@@ -64,7 +65,7 @@ const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']
   ['manifest', 'manifest', 'string'],
 ];
 
-const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest', 'limits.redis.passwordFile'];
+const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest', 'limits.redis.passwordFile', 'audit.journalDir'];
 
 /** Where state lives when nothing says otherwise: systemd's StateDirectory, else the FHS place, else the user's. */
 export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {

@@ -60,6 +60,8 @@ export interface Config {
     attestationKeyHandle: string;
     endorsementPrimaryHandle: string;
     origin?: string;
+    /** Where the write-ahead journal lives; default the data directory. */
+    journalDir?: string;
     checkpointMs: number;
     heartbeatMs: number;
   };
@@ -284,6 +286,12 @@ export const configSchema = {
           type: 'string',
           pattern: '^[\\x21-\\x7e]+$',
           description: 'The checkpoint origin line (no spaces); default sovereign/<region>.',
+        },
+        journalDir: {
+          type: 'string',
+          minLength: 1,
+          description:
+            "Directory of the audit log's write-ahead journal (default: the data directory); a device of its own keeps its flushes from waiting behind the database's.",
         },
         checkpointMs: positiveInt('How often a checkpoint is signed while the log grows, in ms.', 200, 3_600_000),
         heartbeatMs: positiveInt('Longest time without a checkpoint while the log does not grow, in ms.', 1000, 86_400_000),
