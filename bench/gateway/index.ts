@@ -35,6 +35,7 @@ const { values } = parseArgs({
     modes: { type: 'string', default: 'buffered,streamed' },
     'host-network': { type: 'boolean', default: false },
     profile: { type: 'string' },
+    'journal-dir': { type: 'string' },
   },
 });
 
@@ -70,6 +71,8 @@ const PROMPT =
 const SYSTEM = 'You are the bank’s assistant. Answer briefly, in the language of the question. أجب باختصار.';
 
 const work = mkdtempSync(join(tmpdir(), 'sov-bench-gateway-'));
+// --journal-dir DIR: the daemon's audit journal in a new directory under DIR (another device: audit.journalDir).
+const journalDir = values['journal-dir'] ? mkdtempSync(join(resolve(values['journal-dir']), 'sov-bench-journal-')) : null;
 const children: ChildProcess[] = [];
 const cleanup = () => {
   for (const child of children) if (child.exitCode === null) child.kill('SIGTERM');
@@ -77,6 +80,7 @@ const cleanup = () => {
 process.on('exit', () => {
   cleanup();
   rmSync(work, { recursive: true, force: true });
+  if (journalDir) rmSync(journalDir, { recursive: true, force: true });
 });
 process.on('SIGINT', () => process.exit(130));
 
@@ -185,7 +189,7 @@ writeFileSync(
     tls: { cert: certFile, key: keyFile },
     dataDir: join(work, 'data'),
     limits: { maxInFlight: 4096 },
-    audit: { signer: 'software', checkpointMs: 1000 },
+    audit: { signer: 'software', checkpointMs: 1000, ...(journalDir ? { journalDir } : {}) },
     log: { level: 'warn' },
     upstreams: [{ name: 'echo', baseUrl: upstreamBase, models: [{ id: 'bench-chat', upstreamModel: 'echo', capability: 'chat' }] }],
   }),
