@@ -1,7 +1,7 @@
 // The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
 // leaves), its proofs through the offline verifier's RFC 9162 checks, the log's stored subtrees against a tree built
 // from the leaves, and a call's entry bytes against the generic canonical JSON of its fields.
-import { appendFileSync, readdirSync, statSync } from 'node:fs';
+import { appendFileSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { AuditLog, callEntryJson, canonicalJson, merkle, type CallRecord } from '../daemon/audit/index.js';
@@ -311,7 +311,13 @@ async function loseFromLmdb(dir: string, from: number, to: number): Promise<void
 
 const journalFiles = (dir: string) => readdirSync(dir).filter((f) => f.startsWith('audit-journal.'));
 
-t.test('the journal moved: what it acknowledged where it was is replayed, and the old files go', async (t) => {
+/** Waits (up to 10 s) for `done`, which background work (lmdb's flush, then the journal's clean-up) makes true. */
+async function until(done: () => boolean): Promise<boolean> {
+  for (const start = Date.now(); Date.now() - start < 10_000; await new Promise((r) => setTimeout(r, 10))) if (done()) return true;
+  return done();
+}
+
+t.test('the journal moved, with crashes between: what it acknowledged in each place is replayed, and the old files go', async (t) => {
   const dataDir = tempDir(t);
   const [first, second, third] = [tempDir(t), tempDir(t), join(tempDir(t), 'made', 'for', 'it')];
   let store = openStore(dataDir);
@@ -321,30 +327,59 @@ t.test('the journal moved: what it acknowledged where it was is replayed, and th
   await store.close();
   await loseFromLmdb(dataDir, 8, 13);
 
-  // Moved: the files are found where the log last journaled, with nothing telling the log where that was.
+  // Moved; and this run crashes before lmdb ever flushes, so its clean-up never happens.
   store = openStore(dataDir);
-  log = new AuditLog(store, { journalDir: second });
+  const neverFlushed: Store = { ...store, flushed: () => new Promise<void>(() => {}) };
+  log = new AuditLog(neverFlushed, { journalDir: second });
   t.equal(log.size, 13, 'the entries acknowledged in the old directory are back');
   for (let n = 13; n < 16; n++) t.equal(await log.append({ n }), n, 'appends go on in the new one');
-  await store.flushed();
-  await new Promise((r) => setTimeout(r, 20));
-  t.same(journalFiles(first), [], 'the old files are removed once lmdb has their entries on disk');
-  t.same(journalFiles(second), ['audit-journal.1']);
   await log.close();
   await store.close();
-  await loseFromLmdb(dataDir, 13, 16);
+  await loseFromLmdb(dataDir, 8, 16);
 
-  // Moved again, to a directory that does not exist yet: the last move was remembered.
+  // Moved again, to a directory that does not exist yet: both earlier directories are still searched.
   store = openStore(dataDir);
   log = new AuditLog(store, { journalDir: third });
-  t.equal(log.size, 16, 'the entries acknowledged in the second directory are back');
+  t.equal(log.size, 16, 'the entries acknowledged in both earlier directories are back');
   const reference = subtreesOf(Array.from({ length: 16 }, (_, n) => leafHash(Buffer.from(canonicalJson({ n })))));
   for (let n = 1; n <= 16; n++) if (!log.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after the moves`);
-  await store.flushed();
-  await new Promise((r) => setTimeout(r, 20));
-  t.same(journalFiles(second), []);
+  t.ok(await until(() => !journalFiles(first).length && !journalFiles(second).length), 'the old files go once lmdb has them');
   t.same(journalFiles(third), ['audit-journal.1'], 'made, with its first file');
   await log.close();
+  await store.close();
+
+  // Forgotten once their files are gone: they may go too.
+  rmSync(first, { recursive: true });
+  rmSync(second, { recursive: true });
+  store = openStore(dataDir);
+  log = new AuditLog(store, { journalDir: third });
+  t.equal(log.size, 16);
+  await log.close();
+  await store.close();
+});
+
+t.test('a directory the journal was kept in that is missing stops the start, until it is back', async (t) => {
+  const dataDir = tempDir(t);
+  const kept = tempDir(t);
+  let store = openStore(dataDir);
+  const log = new AuditLog(store, { journalDir: kept });
+  for (let n = 0; n < 3; n++) await log.append({ n });
+  await log.close();
+  await store.close();
+  renameSync(kept, `${kept}.unmounted`);
+
+  store = openStore(dataDir);
+  for (const journalDir of [kept, join(dataDir, 'journal')]) {
+    t.throws(
+      () => new AuditLog(store, { journalDir }),
+      /cannot read the audit journal files in .*, where the journal has been kept \(ENOENT.*mount its device.*audit-journal-dirs\.json/,
+      `journaling in ${journalDir === kept ? 'it again' : 'another'}`,
+    );
+  }
+  renameSync(`${kept}.unmounted`, kept);
+  const back = new AuditLog(store, { journalDir: kept });
+  t.equal(back.size, 3);
+  await back.close();
   await store.close();
 });
 
@@ -355,21 +390,22 @@ t.test('journal files in a former directory the log does not remember (the daemo
   let log = new AuditLog(store, { journalDir: dataDir });
   for (let n = 0; n < 5; n++) await log.append({ n });
   await log.close();
-  // As a log from before the journal could move: it remembers no directory.
-  store.db<string>('audit-meta').removeSync('journalDir');
   await store.close();
+  // As a log from before the journal could move: nothing names the directories it was kept in.
+  rmSync(join(dataDir, 'audit-journal-dirs.json'));
   await loseFromLmdb(dataDir, 2, 5);
 
   store = openStore(dataDir);
-  const unaware = new AuditLog(store, { journalDir: elsewhere });
+  const unaware = new AuditLog({ ...store, flushed: () => new Promise<void>(() => {}) }, { journalDir: elsewhere });
   t.equal(unaware.size, 2, 'not found without being told where to look');
   await unaware.close();
+  rmSync(join(dataDir, 'audit-journal-dirs.json'));
   log = new AuditLog(store, { journalDir: elsewhere, formerJournalDirs: [dataDir] });
   t.equal(log.size, 5);
-  const file = join(elsewhere, 'audit-journal.1');
+  const file = join(dataDir, 'sovereign.mdb');
   t.throws(
     () => new AuditLog(store, { journalDir: join(file, 'journal') }),
-    /cannot keep the audit journal in .*audit-journal\.1\/journal \(audit\.journalDir, default the data directory\): ENOTDIR/,
+    /cannot keep the audit journal in .*sovereign\.mdb\/journal \(audit\.journalDir, default the data directory\): ENOTDIR/,
     'a journal directory that cannot be one says which and why',
   );
   await log.close();

@@ -8,7 +8,19 @@
 //
 // Record: u32 payload length, u32 CRC-32 of (index, payload), f64 leaf index, payload (the entry's canonical JSON);
 // all little-endian.
-import { closeSync, constants, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, write } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+  write,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import { crc32 } from 'node:zlib';
 
@@ -50,19 +62,55 @@ function decode(bytes: Buffer): JournalRecord[] {
   return records;
 }
 
-/** The generations of the journal files in `dir`, oldest first (none if `dir` does not exist). */
-function generationsIn(dir: string): number[] {
+/** The generations of the journal files in `dir`, oldest first (none if `dir` does not exist and may not). */
+function generationsIn(dir: string, mayBeMissing: boolean): number[] {
   let names: string[];
   try {
     names = readdirSync(dir);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT' && mayBeMissing) return [];
     throw err;
   }
   return names
     .filter((name) => name.startsWith(PREFIX) && /^\d+$/.test(name.slice(PREFIX.length)))
     .map((name) => Number(name.slice(PREFIX.length)))
     .sort((a, b) => a - b);
+}
+
+/**
+ * The file, in the data directory, naming every directory that may hold journal files lmdb has not been checked
+ * against: the journal's own, and where it was before it moved until those files are replayed and removed.
+ */
+export const JOURNAL_DIRS_FILE = 'audit-journal-dirs.json';
+
+/** The directories `file` names (none if it does not exist). */
+export function readJournalDirs(file: string): string[] {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const dirs = JSON.parse(text) as unknown;
+  if (!Array.isArray(dirs) || !dirs.every((d): d is string => typeof d === 'string')) {
+    throw new Error(`${file} should be a JSON list of directories`);
+  }
+  return dirs;
+}
+
+/** Replaces `file` with the list `dirs`, durably: a crash leaves the old list or the new one, whole. */
+export function writeJournalDirs(file: string, dirs: string[]): void {
+  const temporary = `${file}.new`;
+  const fd = openSync(temporary, 'w', 0o600);
+  try {
+    writeFileSync(fd, `${JSON.stringify(dirs)}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(temporary, file);
+  syncDirectory(dirname(file));
 }
 
 /** Makes the entries of directory `path` durable (a new file's or directory's name). */
@@ -111,48 +159,54 @@ export class AuditJournal {
   }
 
   /**
-   * Opens the journal in `dir` (made if missing): every record the existing files hold, in `dir` and in `formerDirs`
-   * (where the journal was before it moved), for the log to replay; the files they came from (to remove once lmdb
-   * has them on disk); and a journal appending to a new file in `dir`.
+   * Opens the journal in `dir` (made if missing): every record the existing files hold, in `dir` and where the
+   * journal was before it moved, for the log to replay; the files they came from (to remove once lmdb has them on
+   * disk); and a journal appending to a new file in `dir`. A `remembered` directory (one the journal was kept in)
+   * must exist: a device not mounted would otherwise lose what it holds. A `former` one (the data directory, the
+   * default place) may hold files or not.
    */
   static open(
     dir: string,
     lmdbFlushed: () => Promise<void>,
-    formerDirs: string[] = [],
+    elsewhere: { remembered?: string[]; former?: string[] } = {},
   ): { journal: AuditJournal; records: JournalRecord[]; files: string[] } {
     const records: JournalRecord[] = [];
     const files: string[] = [];
+    const remembered = new Set(elsewhere.remembered);
     let last = 0;
-    const unusable = (from: string, err: unknown) =>
-      new Error(
-        from === dir
-          ? `cannot keep the audit journal in ${dir} (audit.journalDir, default the data directory): ${(err as Error).message}`
-          : `cannot read the audit journal files left in ${from}, where the journal was before it moved: ${(err as Error).message}`,
-      );
-    for (const from of [...formerDirs, dir]) {
+    for (const from of new Set([...remembered, ...(elsewhere.former ?? []), dir])) {
       let generations: number[];
       try {
-        generations = generationsIn(from);
+        generations = generationsIn(from, !remembered.has(from));
         for (const g of generations) {
           const file = join(from, `${PREFIX}${g}`);
           records.push(...decode(readFileSync(file)));
           files.push(file);
         }
       } catch (err) {
-        throw unusable(from, err);
+        const why = (err as Error).message;
+        if (from === dir && !remembered.has(from)) {
+          throw new Error(`cannot keep the audit journal in ${dir} (audit.journalDir, default the data directory): ${why}`);
+        }
+        if (!remembered.has(from)) throw new Error(`cannot read the audit journal files in ${from}: ${why}`);
+        throw new Error(
+          `cannot read the audit journal files in ${from}, where the journal has been kept (${why}). Make it readable ` +
+            `again (mount its device) and restart; if it is lost for good, remove it from ${JOURNAL_DIRS_FILE} in the data ` +
+            'directory to start without the entries it held that the database lacks.',
+        );
       }
       if (from === dir) last = generations.at(-1) ?? 0;
     }
     try {
       // A directory made here is made durable as well: the journal's first file must not vanish with it in a crash.
       const made = mkdirSync(dir, { recursive: true, mode: 0o700 });
-      for (let d = dir; made !== undefined; d = dirname(d)) {
+      for (let d = dir; ; d = dirname(d)) {
         syncDirectory(dirname(d));
-        if (d === made) break;
+        if (made === undefined || d === made) break;
       }
       return { journal: new AuditJournal(dir, last + 1, lmdbFlushed), records, files };
     } catch (err) {
-      throw unusable(dir, err);
+      throw new Error(`cannot keep the audit journal in ${dir} (audit.journalDir, default the data directory): ${(err as Error).message}`);
     }
   }
 

@@ -5,11 +5,11 @@
 // up to LMDB_BATCH_MS share one lmdb commit, which syncs in the background, and a start after a crash replays from
 // the journal what lmdb lost. Without a journal (tools that only read), an append waits for lmdb's own flush. The
 // size is the number of entries both on disk and readable: they are written in order.
-import { resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { canonicalJson, type Canonical } from './canonical.js';
-import { AuditJournal, type JournalRecord } from './journal.js';
+import { AuditJournal, JOURNAL_DIRS_FILE, readJournalDirs, writeJournalDirs, type JournalRecord } from './journal.js';
 import { consistencyProof, inclusionProof, leafHash, nodeHash, treeHead, type Hash, type SubtreeHash } from './merkle.js';
 
 /** Subtree keys: level × 2^40 + index (a log of up to a trillion entries, keys exact in a double). */
@@ -20,13 +20,11 @@ export interface AuditLogOptions {
   journalDir?: string;
   /**
    * Where journal files may have been left before the journal moved to `journalDir` (the data directory, its
-   * default). The directory the log last journaled in is remembered in lmdb and searched too.
+   * default). The directories the journal has been kept in are also named in a file next to lmdb's
+   * (JOURNAL_DIRS_FILE) and searched too.
    */
   formerJournalDirs?: string[];
 }
-
-/** Where the log last journaled (in the 'audit-meta' database): its files are replayed even after the journal moves. */
-const JOURNAL_DIR_KEY = 'journalDir';
 
 /** How long an acknowledged entry may wait before its lmdb write is issued: one lmdb commit serves them all. */
 const LMDB_BATCH_MS = 10;
@@ -85,15 +83,12 @@ export class AuditLog {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
     let replayed: { files: string[]; from: number } | null = null;
-    /** The journal's directory, when it is not where the log last journaled: remembered once the old files are gone. */
-    let moved: string | null = null;
-    let meta: Database<string, string> | null = null;
+    /** Once the replayed files are gone, the list of journal directories shrinks to this one. */
+    let settle: (() => void) | null = null;
     if (options.journalDir) {
-      meta = store.db<string>('audit-meta');
       const dir = resolve(options.journalDir);
-      const recorded = meta.get(JOURNAL_DIR_KEY);
-      const former = [recorded, ...(options.formerJournalDirs ?? [])].filter((d): d is string => !!d).map((d) => resolve(d));
-      if (recorded !== dir) moved = dir;
+      const list = join(dirname(store.path), JOURNAL_DIRS_FILE);
+      const remembered = readJournalDirs(list);
       // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
       // After a failed write nothing is issued any more, so the file must stay (the next start replays it).
       const opened = AuditJournal.open(
@@ -103,10 +98,14 @@ export class AuditLog {
           this.writeBatch();
           return this.lmdbTail.then(() => store.flushed());
         },
-        [...new Set(former)].filter((d) => d !== dir),
+        { remembered, former: (options.formerJournalDirs ?? []).map((d) => resolve(d)) },
       );
+      // Named before the journal there takes its first entry (once it could be opened): a crash from here on finds
+      // its files at the next start, whatever audit.journalDir says then.
+      if (!remembered.includes(dir)) writeJournalDirs(list, [...remembered, dir]);
       this.journal = opened.journal;
       replayed = { files: opened.files, from: this.replay(opened.records) };
+      if (remembered.length !== 1 || remembered[0] !== dir) settle = () => writeJournalDirs(list, [dir]);
     }
     const size = this.repairTail();
     if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
@@ -116,18 +115,20 @@ export class AuditLog {
         this.pending.set(level, this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1));
       }
     }
-    // The replayed files go once lmdb has their entries on disk; until then a crash replays them again. A move is
-    // remembered after that: until then the next start still looks where the journal was.
-    const remember = () => {
-      if (moved) meta?.putSync(JOURNAL_DIR_KEY, moved);
-    };
-    if (replayed?.files.length) {
-      const files = replayed.files;
-      void store.flushed().then(() => {
-        AuditJournal.discard(files);
-        remember();
-      });
-    } else remember();
+    // The replayed files go once lmdb has their entries on disk; until then a crash replays them again. Only then
+    // are the directories the journal has left forgotten. If a file cannot be removed, they stay remembered (and it
+    // is replayed again, harmlessly, at every start).
+    if (replayed?.files.length || settle) {
+      const files = replayed?.files ?? [];
+      const forget = settle;
+      void store
+        .flushed()
+        .then(() => {
+          AuditJournal.discard(files);
+          forget?.();
+        })
+        .catch(() => {});
+    }
   }
 
   /** Puts into lmdb the journal's entries it lacks; returns the lowest index put (Infinity if none). */
