@@ -1,7 +1,7 @@
 // The audit log's Merkle tree against RFC 6962's published test vectors (the Certificate Transparency reference
 // leaves), its proofs through the offline verifier's RFC 9162 checks, the log's stored subtrees against a tree built
 // from the leaves, and a call's entry bytes against the generic canonical JSON of its fields.
-import { appendFileSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { AuditLog, callEntryJson, canonicalJson, merkle, type CallRecord } from '../daemon/audit/index.js';
@@ -358,7 +358,7 @@ t.test('the journal moved, with crashes between: what it acknowledged in each pl
   await store.close();
 });
 
-t.test('a directory the journal was kept in that is missing stops the start, until it is back', async (t) => {
+t.test('a directory the journal was kept in that is missing, or shows an empty mount point, stops the start', async (t) => {
   const dataDir = tempDir(t);
   const kept = tempDir(t);
   let store = openStore(dataDir);
@@ -366,20 +366,48 @@ t.test('a directory the journal was kept in that is missing stops the start, unt
   for (let n = 0; n < 3; n++) await log.append({ n });
   await log.close();
   await store.close();
-  renameSync(kept, `${kept}.unmounted`);
+  await loseFromLmdb(dataDir, 1, 3);
 
   store = openStore(dataDir);
+  renameSync(kept, `${kept}.device`);
   for (const journalDir of [kept, join(dataDir, 'journal')]) {
     t.throws(
       () => new AuditLog(store, { journalDir }),
       /cannot read the audit journal files in .*, where the journal has been kept \(ENOENT.*mount its device.*audit-journal-dirs\.json/,
-      `journaling in ${journalDir === kept ? 'it again' : 'another'}`,
+      `missing, journaling in ${journalDir === kept ? 'it' : 'another'}`,
     );
   }
-  renameSync(`${kept}.unmounted`, kept);
+  mkdirSync(kept); // the mount point, its device not mounted
+  for (const journalDir of [kept, join(dataDir, 'journal')]) {
+    t.throws(
+      () => new AuditLog(store, { journalDir }),
+      /is where the audit journal has been kept, but it holds no audit-journal-log\.id of this log: its device is not mounted\?/,
+      `an empty mount point, journaling in ${journalDir === kept ? 'it' : 'another'}`,
+    );
+  }
+  t.same(readdirSync(kept), [], 'nothing was written on the mount point');
+  rmSync(kept, { recursive: true });
+  renameSync(`${kept}.device`, kept);
   const back = new AuditLog(store, { journalDir: kept });
-  t.equal(back.size, 3);
+  t.equal(back.size, 3, 'back: the entries it held are replayed');
   await back.close();
+  await store.close();
+});
+
+t.test("a journal directory holding another log's journal stops the start", async (t) => {
+  const journal = tempDir(t);
+  let store = openStore(tempDir(t));
+  const log = new AuditLog(store, { journalDir: journal });
+  await log.append({ n: 0 });
+  await log.close();
+  await store.close();
+  // A data directory started afresh, the journal's directory kept: its files are not this new log's.
+  store = openStore(tempDir(t));
+  t.throws(
+    () => new AuditLog(store, { journalDir: journal }),
+    /holds another audit log's journal \(its audit-journal-log\.id differs\): empty it, or keep this journal elsewhere/,
+  );
+  t.equal(new AuditLog(store).size, 0, 'nothing of it was replayed');
   await store.close();
 });
 
@@ -399,7 +427,6 @@ t.test('journal files in a former directory the log does not remember (the daemo
   const unaware = new AuditLog({ ...store, flushed: () => new Promise<void>(() => {}) }, { journalDir: elsewhere });
   t.equal(unaware.size, 2, 'not found without being told where to look');
   await unaware.close();
-  rmSync(join(dataDir, 'audit-journal-dirs.json'));
   log = new AuditLog(store, { journalDir: elsewhere, formerJournalDirs: [dataDir] });
   t.equal(log.size, 5);
   const file = join(dataDir, 'sovereign.mdb');

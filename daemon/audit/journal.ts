@@ -21,6 +21,7 @@ import {
   write,
   writeFileSync,
 } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { crc32 } from 'node:zlib';
 
@@ -78,39 +79,70 @@ function generationsIn(dir: string, mayBeMissing: boolean): number[] {
 }
 
 /**
- * The file, in the data directory, naming every directory that may hold journal files lmdb has not been checked
- * against: the journal's own, and where it was before it moved until those files are replayed and removed.
+ * The file, in the data directory, naming the log (a random id) and every directory that may hold journal files
+ * lmdb has not been checked against: the journal's own, and where it was before it moved until those files are
+ * replayed and removed.
  */
 export const JOURNAL_DIRS_FILE = 'audit-journal-dirs.json';
+/**
+ * In each directory the list names, the log's id: a listed directory without it is not the one the journal was kept
+ * in (most often: its device is not mounted, and the empty mount point shows instead).
+ */
+const MARK = 'audit-journal-log.id';
 
-/** The directories `file` names (none if it does not exist). */
-export function readJournalDirs(file: string): string[] {
+export interface JournalDirs {
+  log: string;
+  dirs: string[];
+}
+
+/** What `file` says (a new log id and no directory if it does not exist). */
+export function readJournalDirs(file: string): JournalDirs {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { log: randomUUID(), dirs: [] };
     throw err;
   }
-  const dirs = JSON.parse(text) as unknown;
-  if (!Array.isArray(dirs) || !dirs.every((d): d is string => typeof d === 'string')) {
-    throw new Error(`${file} should be a JSON list of directories`);
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${file} is damaged: ${(err as Error).message}`);
   }
-  return dirs;
+  const { log, dirs } = (list ?? {}) as Partial<JournalDirs>;
+  if (typeof log !== 'string' || !Array.isArray(dirs) || !dirs.every((d) => typeof d === 'string')) {
+    throw new Error(`${file} should hold {"log": "<id>", "dirs": ["<directory>", …]}`);
+  }
+  return { log, dirs };
 }
 
-/** Replaces `file` with the list `dirs`, durably: a crash leaves the old list or the new one, whole. */
-export function writeJournalDirs(file: string, dirs: string[]): void {
+/** Replaces `file` with `list`, durably: a crash leaves the old list or the new one, whole. */
+export function writeJournalDirs(file: string, list: JournalDirs): void {
+  writeDurably(file, `${JSON.stringify(list)}\n`);
+}
+
+function writeDurably(file: string, text: string): void {
   const temporary = `${file}.new`;
   const fd = openSync(temporary, 'w', 0o600);
   try {
-    writeFileSync(fd, `${JSON.stringify(dirs)}\n`);
+    writeFileSync(fd, text);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
   renameSync(temporary, file);
   syncDirectory(dirname(file));
+}
+
+/** The log id marked in `dir`, null if none. */
+function markIn(dir: string): string | null {
+  try {
+    return readFileSync(join(dir, MARK), 'utf8').trim();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
 }
 
 /** Makes the entries of directory `path` durable (a new file's or directory's name). */
@@ -159,25 +191,30 @@ export class AuditJournal {
   }
 
   /**
-   * Opens the journal in `dir` (made if missing): every record the existing files hold, in `dir` and where the
-   * journal was before it moved, for the log to replay; the files they came from (to remove once lmdb has them on
-   * disk); and a journal appending to a new file in `dir`. A `remembered` directory (one the journal was kept in)
-   * must exist: a device not mounted would otherwise lose what it holds. A `former` one (the data directory, the
-   * default place) may hold files or not.
+   * Opens the journal in `dir` (made if missing, and marked with the log's id): every record the existing files
+   * hold, in `dir`, in the directories `list` names and in `former` ones (the data directory, where the journal was
+   * before it could move), for the log to replay; the files they came from (to remove once lmdb has them on disk);
+   * and a journal appending to a new file in `dir`. A listed directory must be there and bear the log's mark, and no
+   * directory may bear another log's: the start stops instead of losing entries or replaying another log's.
    */
   static open(
     dir: string,
     lmdbFlushed: () => Promise<void>,
-    elsewhere: { remembered?: string[]; former?: string[] } = {},
+    list: JournalDirs,
+    former: string[] = [],
   ): { journal: AuditJournal; records: JournalRecord[]; files: string[] } {
     const records: JournalRecord[] = [];
     const files: string[] = [];
-    const remembered = new Set(elsewhere.remembered);
+    const listed = new Set(list.dirs);
+    const giveUp = `remove it from ${JOURNAL_DIRS_FILE} in the data directory to start without the entries it held that the database lacks`;
     let last = 0;
-    for (const from of new Set([...remembered, ...(elsewhere.former ?? []), dir])) {
+    for (const from of new Set([...listed, ...former, dir])) {
+      const which = from === dir ? `${from} (audit.journalDir, default the data directory)` : from;
+      let mark: string | null;
       let generations: number[];
       try {
-        generations = generationsIn(from, !remembered.has(from));
+        mark = markIn(from);
+        generations = generationsIn(from, !listed.has(from));
         for (const g of generations) {
           const file = join(from, `${PREFIX}${g}`);
           records.push(...decode(readFileSync(file)));
@@ -185,15 +222,25 @@ export class AuditJournal {
         }
       } catch (err) {
         const why = (err as Error).message;
-        if (from === dir && !remembered.has(from)) {
-          throw new Error(`cannot keep the audit journal in ${dir} (audit.journalDir, default the data directory): ${why}`);
+        if (listed.has(from)) {
+          throw new Error(
+            `cannot read the audit journal files in ${which}, where the journal has been kept (${why}). Make it readable ` +
+              `again (mount its device) and restart; if it is lost for good, ${giveUp}.`,
+          );
         }
-        if (!remembered.has(from)) throw new Error(`cannot read the audit journal files in ${from}: ${why}`);
         throw new Error(
-          `cannot read the audit journal files in ${from}, where the journal has been kept (${why}). Make it readable ` +
-            `again (mount its device) and restart; if it is lost for good, remove it from ${JOURNAL_DIRS_FILE} in the data ` +
-            'directory to start without the entries it held that the database lacks.',
+          from === dir ? `cannot keep the audit journal in ${which}: ${why}` : `cannot read the audit journal files in ${from}: ${why}`,
         );
+      }
+      if (listed.has(from) && mark !== list.log) {
+        throw new Error(
+          `${which} is where the audit journal has been kept, but it holds no ${MARK} of this log: its device is not ` +
+            `mounted? Mount it and restart; if it is lost for good, ${giveUp}.`,
+        );
+      }
+      // (The data directory holds lmdb itself: journal files there are this log's whatever their mark says.)
+      if (mark !== null && mark !== list.log && !former.includes(from)) {
+        throw new Error(`${which} holds another audit log's journal (its ${MARK} differs): empty it, or keep this journal elsewhere.`);
       }
       if (from === dir) last = generations.at(-1) ?? 0;
     }
@@ -204,6 +251,7 @@ export class AuditJournal {
         syncDirectory(dirname(d));
         if (made === undefined || d === made) break;
       }
+      if (markIn(dir) !== list.log) writeDurably(join(dir, MARK), `${list.log}\n`);
       return { journal: new AuditJournal(dir, last + 1, lmdbFlushed), records, files };
     } catch (err) {
       throw new Error(`cannot keep the audit journal in ${dir} (audit.journalDir, default the data directory): ${(err as Error).message}`);
@@ -280,12 +328,11 @@ export class AuditJournal {
     this.generation++;
     this.fd = this.create(this.generation);
     this.bytes = 0;
-    this.lmdbFlushed().then(
-      () => AuditJournal.discard([old]),
-      () => {
-        // lmdb failed: the file stays for the next start's replay.
-      },
-    );
+    this.lmdbFlushed()
+      .then(() => AuditJournal.discard([old]))
+      .catch(() => {
+        // lmdb failed, or the file could not be removed: it stays for the next start's replay.
+      });
   }
 
   /** Waits for the batch being written, then closes. Files stay until the next start has replayed them. */

@@ -88,7 +88,9 @@ export class AuditLog {
     if (options.journalDir) {
       const dir = resolve(options.journalDir);
       const list = join(dirname(store.path), JOURNAL_DIRS_FILE);
-      const remembered = readJournalDirs(list);
+      const known = readJournalDirs(list);
+      // A new log's id is kept before any directory bears it.
+      if (!known.dirs.length) writeJournalDirs(list, known);
       // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
       // After a failed write nothing is issued any more, so the file must stay (the next start replays it).
       const opened = AuditJournal.open(
@@ -98,14 +100,15 @@ export class AuditLog {
           this.writeBatch();
           return this.lmdbTail.then(() => store.flushed());
         },
-        { remembered, former: (options.formerJournalDirs ?? []).map((d) => resolve(d)) },
+        known,
+        (options.formerJournalDirs ?? []).map((d) => resolve(d)),
       );
       // Named before the journal there takes its first entry (once it could be opened): a crash from here on finds
       // its files at the next start, whatever audit.journalDir says then.
-      if (!remembered.includes(dir)) writeJournalDirs(list, [...remembered, dir]);
+      if (!known.dirs.includes(dir)) writeJournalDirs(list, { log: known.log, dirs: [...known.dirs, dir] });
       this.journal = opened.journal;
       replayed = { files: opened.files, from: this.replay(opened.records) };
-      if (remembered.length !== 1 || remembered[0] !== dir) settle = () => writeJournalDirs(list, [dir]);
+      if (known.dirs.length !== 1 || known.dirs[0] !== dir) settle = () => writeJournalDirs(list, { log: known.log, dirs: [dir] });
     }
     const size = this.repairTail();
     if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
