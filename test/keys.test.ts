@@ -1,6 +1,7 @@
 // Keys and projects through the CLI, and their effect on a running daemon (no restart).
 import t from 'tap';
 import OpenAI from 'openai';
+import { digestMatches, hashSecret, secretDigest } from '../daemon/keys/secrets.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 
@@ -134,4 +135,17 @@ t.test('bad keys are 401 invalid_api_key, never anything else', async (t) => {
     200,
     'scheme is case-insensitive',
   );
+});
+
+t.test("a presented secret's digest matches the stored hash of that secret only", async (t) => {
+  const secret = `sk-sov-abcdefghijklmnop-${'Q'.repeat(43)}`;
+  const stored = hashSecret(secret).toString('base64');
+  t.ok(digestMatches(secretDigest(secret), stored), 'the same secret');
+  t.notOk(digestMatches(secretDigest(`${secret.slice(0, -1)}R`), stored), 'one character different');
+  // Differences anywhere in the digest count, not only in its first characters.
+  const last = stored.slice(0, -2) + (stored.at(-2) === 'A' ? 'B' : 'A') + stored.at(-1);
+  t.notOk(digestMatches(secretDigest(secret), last), 'the stored digest differing in its last characters');
+  t.notOk(digestMatches(secretDigest(secret), undefined), 'no stored hash (an unknown key)');
+  t.notOk(digestMatches(secretDigest(secret), stored.slice(0, 20)), 'a stored digest of the wrong length');
+  t.notOk(digestMatches('\0'.repeat(44), undefined), 'the stand-in for an absent key never matches');
 });

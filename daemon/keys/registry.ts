@@ -2,7 +2,7 @@
 // the return value of create() and rotate(), which the caller shows once.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
-import { hashMatches, hashSecret, keyIdOf, newSecret, randomId, redact } from './secrets.js';
+import { digestMatches, hashSecret, keyIdOf, newSecret, randomId, redact, secretDigest } from './secrets.js';
 
 export interface ProjectRecord {
   id: string;
@@ -68,8 +68,9 @@ function checkLimit(name: string, value: number | undefined): void {
 /** A key record as authentication needs it, with its hashes ready to compare. */
 interface CachedKey {
   record: KeyRecord;
-  hash: Buffer;
-  previous?: Buffer;
+  /** The stored hashes as `secretDigest` makes them, for the per-call comparison. */
+  digest: string;
+  previous?: string;
 }
 
 const VERSION = 'keys';
@@ -248,11 +249,11 @@ export class KeyRegistry {
    */
   authenticate(secret: string, now = Date.now()): KeyRecord | null {
     const id = keyIdOf(secret);
-    const presented = hashSecret(secret);
+    const presented = secretDigest(secret);
     const key = id ? this.cached(id) : undefined;
     // Both comparisons run whatever the outcome, so timing does not tell which hash matched.
-    const current = hashMatches(presented, key?.hash);
-    const previous = hashMatches(presented, key?.previous);
+    const current = digestMatches(presented, key?.digest);
+    const previous = digestMatches(presented, key?.previous);
     const record = key?.record;
     if (!record || record.revokedAt) return null;
     if (current) return record;
@@ -271,7 +272,11 @@ export class KeyRegistry {
     const record = this.keys.get(id);
     // Unknown ids are not cached: anyone can present them, and a miss costs one read.
     if (!record) return undefined;
-    key = { record, hash: Buffer.from(record.hash), ...(record.previous ? { previous: Buffer.from(record.previous.hash) } : {}) };
+    key = {
+      record,
+      digest: Buffer.from(record.hash).toString('base64'),
+      ...(record.previous ? { previous: Buffer.from(record.previous.hash).toString('base64') } : {}),
+    };
     this.cache.set(id, key);
     return key;
   }
