@@ -12,6 +12,11 @@ export function sha256Hex(data: string | Uint8Array | null | undefined): string 
   return hash('sha256', data ?? '', 'hex');
 }
 
+/** Whether the call gets an entry: it has a key and has not been recorded yet. */
+function willRecord(deps: PipelineDeps, request: FastifyRequest): boolean {
+  return deps.audit !== undefined && request.call.principal !== null && !request.call.audited;
+}
+
 /** Appends the call's entry; null when the call is not audited (no key, or already recorded). */
 export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: number, responseSha256: string): Promise<number> | null {
   const principal = request.call.principal;
@@ -50,18 +55,21 @@ export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): voi
   // A callback hook, not an async one: every call passes here, and the recording is the only thing to wait for.
   v1.addHook('onSend', (request, reply, payload, done) => {
     // Streams are recorded by their route when they end, with what was really sent.
-    if (payload instanceof Stream) return done(null, payload);
+    if (payload instanceof Stream || !willRecord(deps, request)) return done(null, payload);
+    // A serialised answer is a string: encoded here once, the same bytes are hashed and sent. Left a string, it
+    // would be encoded three times (for the digest, for its content-length, and on the socket).
+    const body = typeof payload === 'string' ? Buffer.from(payload) : (payload as Buffer | null);
     let recording: Promise<number> | null;
     try {
-      recording = recordCall(deps, request, reply.statusCode, sha256Hex(payload as string | Buffer | null));
+      recording = recordCall(deps, request, reply.statusCode, sha256Hex(body));
     } catch (err) {
       return done(err as Error);
     }
-    if (!recording) return done(null, payload);
+    if (!recording) return done(null, body);
     recording.then(
       (leaf) => {
         reply.header('x-audit-leaf', String(leaf));
-        done(null, payload);
+        done(null, body);
       },
       (err: Error) => {
         request.log.error({ err: err.message }, 'the audit log could not record a call');
