@@ -18,6 +18,18 @@ t.test('models.list works through the SDK and carries our headers', async (t) =>
   t.notOk(response.headers.get('x-ratelimit-limit-requests'), 'the device posture does not meter');
 });
 
+t.test('every response has a request id of its own, across refills of the random pool', async (t) => {
+  // The ids come from a pool of 256: 600 calls draw it twice and then some.
+  const ids = new Set<string>();
+  for (let i = 0; i < 600; i++) ids.add(String((await request(`${daemon.origin}/healthz`)).headers['x-request-id']));
+  t.same(
+    [...ids].filter((id) => !/^req_[0-9a-f]{32}$/.test(id)),
+    [],
+    'each is req_ and 32 hex digits',
+  );
+  t.equal(ids.size, 600, 'no id repeats');
+});
+
 t.test('health reports posture, region and sovereignty', async (t) => {
   const r = await request(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } });
   t.equal(r.status, 200);

@@ -1,6 +1,6 @@
 // Builds the fastify application: the pipeline's hooks, the routes, and the error handling that keeps every
 // response in OpenAI's shape with our headers. It listens nowhere; the service decides where.
-import { randomUUID } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
@@ -24,7 +24,23 @@ export interface AppOptions {
   logger: FastifyServerOptions['logger'];
 }
 
-const newRequestId = () => `req_${randomUUID().replaceAll('-', '')}`;
+/** Random bytes for request ids, drawn from the CSPRNG 256 ids at a time. */
+const idBytes = Buffer.alloc(16 * 256);
+let idAt = idBytes.length;
+
+/**
+ * `req_` and 128 random bits in hex. Taken from a pool refilled in one call: a UUID with its dashes removed costs
+ * four times as much, on every call.
+ */
+function newRequestId(): string {
+  if (idAt === idBytes.length) {
+    randomFillSync(idBytes);
+    idAt = 0;
+  }
+  const id = idBytes.toString('hex', idAt, idAt + 16);
+  idAt += 16;
+  return `req_${id}`;
+}
 
 export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstance {
   const { config } = deps;
