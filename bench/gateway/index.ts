@@ -19,6 +19,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { paced, saturate, type LoadResult, type Target } from './load.js';
+import { pipelineProfileReport, profileClock, type ProfileWindow } from './profile.js';
 
 const ROOT = resolve(import.meta.dirname, '..', '..');
 const LOADER = join(ROOT, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
@@ -198,15 +199,17 @@ const cli = (args: string[]) => execFileSync(BIN, [...args, '--config', configFi
 cli(['projects', 'create', 'bench']);
 // Limits with a high ceiling: checked and counted on every call, never reached.
 const key = JSON.parse(cli(['keys', 'create', '--project', 'bench', '--rpm', '100000000', '--tpm', '100000000000'])) as { secret: string };
-// --profile DIR: the daemon writes a V8 CPU profile there when it stops (the whole run, warm-ups included). Node
-// refuses --cpu-prof in NODE_OPTIONS, so the daemon is then started as bin/sovereign starts it, with the flag added.
+// --profile DIR: the daemon and the bare proxy each write a V8 CPU profile when they stop (the whole run, warm-ups
+// included), in DIR/sovereign and DIR/bare, so the two can be compared function by function: what the daemon spends
+// and the bare proxy does not is the pipeline. Node refuses --cpu-prof in NODE_OPTIONS, so the daemon is then started
+// as bin/sovereign starts it, with the flag added.
 const profileDir = values.profile ? resolve(values.profile) : null;
+const profileFlags = (name: string) => (profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, name)}`] : []);
 const sovereign = profileDir
   ? spawnServer('sovereign', process.execPath, [
       '--max-semi-space-size=32',
       '--initial-old-space-size=256',
-      '--cpu-prof',
-      `--cpu-prof-dir=${profileDir}`,
+      ...profileFlags('sovereign'),
       join(ROOT, 'dist', 'cli', 'main.js'),
       'serve',
       '--config',
@@ -234,6 +237,7 @@ const bare = spawnServer(
     // The daemon's heap settings (bin/sovereign), so the two stacks differ only by the pipeline.
     '--max-semi-space-size=32',
     '--initial-old-space-size=256',
+    ...profileFlags('bare'),
     join(import.meta.dirname, 'bare-proxy.ts'),
     String(barePort),
     upstreamBase,
@@ -303,6 +307,8 @@ async function measure(name: string, run: () => Promise<LoadResult>): Promise<Re
   return { ...result, cpuPerCall: ((cpuSeconds(pid) - before) * 1000) / Math.max(1, result.ok) };
 }
 const results = new Map<string, Map<string, Measured>>();
+/** The buffered saturation windows, for --profile's report. */
+const profileWindows: { sovereign: ProfileWindow[]; bare: ProfileWindow[] } = { sovereign: [], bare: [] };
 let sovereignAnswered = 0;
 const countCalls = (name: string, r: LoadResult) => {
   if (name === 'sovereign') sovereignAnswered += r.ok;
@@ -361,7 +367,11 @@ for (const mode of modes) {
     process.stdout.write(`  ${mode.padEnd(8)} saturation, round ${round} of ${rounds}:`);
     for (const [name, target] of loaded) {
       process.stdout.write(` ${name}`);
-      saturated.get(name)!.push(await measure(name, async () => countCalls(name, await saturate(target, seconds, connections))));
+      const start = profileClock();
+      const result = await measure(name, async () => countCalls(name, await saturate(target, seconds, connections)));
+      saturated.get(name)!.push(result);
+      if (mode === 'buffered' && (name === 'sovereign' || name === 'bare'))
+        profileWindows[name].push({ start, end: profileClock(), calls: result.ok });
     }
     process.stdout.write('\n');
   }
@@ -462,11 +472,20 @@ if (unanswered.length)
 process.stdout.write(`\ngoals:\n${goals.map((g) => `  ${g}`).join('\n')}\n`);
 stopping = true;
 await agent.close();
-if (profileDir && sovereign.exitCode === null) {
-  // The profile is written as the daemon exits, so let it stop on its own first.
-  const exited = new Promise((r) => sovereign.once('exit', r));
-  sovereign.kill('SIGTERM');
-  await exited;
-  process.stdout.write(`\nthe daemon's CPU profile is in ${profileDir}\n`);
+if (profileDir) {
+  // A profile is written as its process exits, so let each stop on its own first.
+  await Promise.all(
+    [sovereign, bare]
+      .filter((child) => child.exitCode === null)
+      .map((child) => {
+        const exited = new Promise((r) => child.once('exit', r));
+        child.kill('SIGTERM');
+        return exited;
+      }),
+  );
+  process.stdout.write(`\nthe CPU profiles are in ${join(profileDir, 'sovereign')} and ${join(profileDir, 'bare')}\n`);
+  if (profileWindows.sovereign.length && profileWindows.bare.length) {
+    process.stdout.write(pipelineProfileReport(profileDir, profileWindows));
+  }
 }
 process.exit(0);
