@@ -142,9 +142,12 @@ t.test("a presented secret's digest matches the stored hash of that secret only"
   const stored = hashSecret(secret).toString('base64');
   t.ok(digestMatches(secretDigest(secret), stored), 'the same secret');
   t.notOk(digestMatches(secretDigest(`${secret.slice(0, -1)}R`), stored), 'one character different');
-  // Differences anywhere in the digest count, not only in its first characters.
-  const last = stored.slice(0, -2) + (stored.at(-2) === 'A' ? 'B' : 'A') + stored.at(-1);
-  t.notOk(digestMatches(secretDigest(secret), last), 'the stored digest differing in its last characters');
+  // Differences anywhere in the digest count, not only in its first characters. (The 43rd of its 44 characters
+  // carries two padding bits, so the 42nd is the last that holds only digest bits.)
+  const last = stored.slice(0, 41) + (stored[41] === 'A' ? 'B' : 'A') + stored.slice(42);
+  t.notOk(digestMatches(secretDigest(secret), last), 'the stored digest differing near its end');
+  const first = (stored[0] === 'A' ? 'B' : 'A') + stored.slice(1);
+  t.notOk(digestMatches(secretDigest(secret), first), 'the stored digest differing in its first character');
   t.notOk(digestMatches(secretDigest(secret), undefined), 'no stored hash (an unknown key)');
   t.notOk(digestMatches(secretDigest(secret), stored.slice(0, 20)), 'a stored digest of the wrong length');
   t.notOk(digestMatches('\0'.repeat(44), undefined), 'the stand-in for an absent key never matches');

@@ -485,7 +485,7 @@ if (profileDir) {
   );
   process.stdout.write(`\nthe CPU profiles are in ${join(profileDir, 'sovereign')} and ${join(profileDir, 'bare')}\n`);
   if (profileWindows.sovereign.length && profileWindows.bare.length) {
-    process.stdout.write(pipelineProfileReport(profileDir, profileWindows));
+    process.stdout.write(pipelineProfileReport(profileDir, { sovereign: sovereign.pid!, bare: bare.pid! }, profileWindows));
   }
 }
 process.exit(0);

@@ -24,12 +24,18 @@ export function profileClock(): number {
   return Number(process.hrtime.bigint() / 1000n);
 }
 
-/** The largest profile in `dir`: a process that runs a loader thread (the bare proxy) writes one per thread. */
-function mainThreadProfile(dir: string): CpuProfile {
-  const files = readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'));
-  if (!files.length) throw new Error(`no CPU profile was written in ${dir}`);
-  const texts = files.map((f) => readFileSync(join(dir, f), 'utf8'));
-  return JSON.parse(texts.reduce((a, b) => (b.length > a.length ? b : a))) as CpuProfile;
+/**
+ * The main thread's profile of process `pid` in `dir` (Node names them `CPU.<date>.<time>.<pid>.<thread>.<seq>`;
+ * thread 0 is the main one, a process with a loader thread writes one for that too), so that a reused directory's
+ * older profiles are never read for this run's.
+ */
+function mainThreadProfile(dir: string, pid: number): CpuProfile {
+  const file = readdirSync(dir).find((f) => {
+    const parts = f.split('.');
+    return f.endsWith('.cpuprofile') && parts[3] === String(pid) && parts[4] === '0';
+  });
+  if (!file) throw new Error(`process ${pid} wrote no CPU profile of its main thread in ${dir}`);
+  return JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile;
 }
 
 /** Where a function lives: a package, a daemon folder, a Node module, or the VM itself. */
@@ -53,19 +59,24 @@ function perCall(profile: CpuProfile, windows: ProfileWindow[]) {
   const calls = windows.reduce((sum, w) => sum + w.calls, 0);
   const byFunction = new Map<string, { area: string; us: number }>();
   let at = profile.startTime;
+  let sampled = 0;
   for (let i = 0; i < profile.samples.length; i++) {
     at += profile.timeDeltas[i];
     // A sample stands for the time until the next one.
     const span = profile.timeDeltas[i + 1] ?? 0;
     if (!windows.some((w) => at >= w.start && at < w.end)) continue;
+    sampled++;
     const frame = frames.get(profile.samples[i])!;
     if (frame.functionName === '(idle)') continue;
     const file = frame.url ? `${frame.url.split('/').slice(-2).join('/')}:${frame.lineNumber + 1}` : '';
-    const key = `${frame.functionName || '(anonymous)'} ${file}`.trim();
-    const entry = byFunction.get(key) ?? { area: areaOf(frame.url, frame.functionName), us: 0 };
+    const area = areaOf(frame.url, frame.functionName);
+    // The area too: two packages' `dist/index.js:10` are different functions.
+    const key = frame.url ? `${frame.functionName || '(anonymous)'} ${area} ${file}` : area;
+    const entry = byFunction.get(key) ?? { area, us: 0 };
     entry.us += span / Math.max(1, calls);
     byFunction.set(key, entry);
   }
+  if (!sampled) throw new Error('the CPU profile holds no sample inside the measured windows');
   return byFunction;
 }
 
@@ -75,9 +86,14 @@ function perCall(profile: CpuProfile, windows: ProfileWindow[]) {
  * carries the time this one waited for a core afterwards: on a machine whose cores are all busy, such rows are
  * partly contention.
  */
-export function pipelineProfileReport(dir: string, windows: { sovereign: ProfileWindow[]; bare: ProfileWindow[] }, top = 25): string {
-  const ours = perCall(mainThreadProfile(join(dir, 'sovereign')), windows.sovereign);
-  const bare = perCall(mainThreadProfile(join(dir, 'bare')), windows.bare);
+export function pipelineProfileReport(
+  dir: string,
+  pids: { sovereign: number; bare: number },
+  windows: { sovereign: ProfileWindow[]; bare: ProfileWindow[] },
+  top = 25,
+): string {
+  const ours = perCall(mainThreadProfile(join(dir, 'sovereign'), pids.sovereign), windows.sovereign);
+  const bare = perCall(mainThreadProfile(join(dir, 'bare'), pids.bare), windows.bare);
   const total = (m: Map<string, { us: number }>) => [...m.values()].reduce((s, e) => s + e.us, 0);
   const diff = (a: Map<string, number>, b: Map<string, number>) =>
     [...new Set([...a.keys(), ...b.keys()])]

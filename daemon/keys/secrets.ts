@@ -36,7 +36,10 @@ export function secretDigest(secret: string): string {
   return hash('sha256', secret, 'base64');
 }
 
-/** What an absent key is compared with, so that an unknown id costs the same as a known one. */
+/**
+ * What an absent key is compared with, so that the comparison costs the same for an unknown id as for a known one.
+ * (Reading an unknown id's record still costs an lmdb read where a known one is cached: key ids are not secret.)
+ */
 const NO_DIGEST = '\0'.repeat(44);
 
 /**
