@@ -19,6 +19,10 @@ interface CpuProfile {
   timeDeltas: number[];
 }
 
+function callsIn(windows: ProfileWindow[]): number {
+  return windows.reduce((sum, w) => sum + w.calls, 0);
+}
+
 /** Now on the clock V8's profiles are stamped with (CLOCK_MONOTONIC, in microseconds). */
 export function profileClock(): number {
   return Number(process.hrtime.bigint() / 1000n);
@@ -56,7 +60,7 @@ function areaOf(url: string, functionName: string): string {
 /** Microseconds of own time per call, by function and by area, inside the windows. */
 function perCall(profile: CpuProfile, windows: ProfileWindow[]) {
   const frames = new Map(profile.nodes.map((n) => [n.id, n.callFrame]));
-  const calls = windows.reduce((sum, w) => sum + w.calls, 0);
+  const calls = callsIn(windows);
   const byFunction = new Map<string, { area: string; us: number }>();
   let at = profile.startTime;
   let sampled = 0;
@@ -108,10 +112,9 @@ export function pipelineProfileReport(
   const row = (r: { key: string; ours: number; bare: number }) =>
     `  ${(r.ours - r.bare).toFixed(1).padStart(7)} ${r.ours.toFixed(1).padStart(7)} ${r.bare.toFixed(1).padStart(7)}  ${r.key.slice(0, 100)}\n`;
   const head = `  ${'more'.padStart(7)} ${'daemon'.padStart(7)} ${'bare'.padStart(7)}  (µs of the event loop per call)\n`;
-  const calls = (ws: ProfileWindow[]) => ws.reduce((s, w) => s + w.calls, 0);
   return (
-    `\nwhere the pipeline's cost goes (buffered saturation windows: ${calls(windows.sovereign)} calls to the daemon, ` +
-    `${calls(windows.bare)} to the bare proxy)\n` +
+    `\nwhere the pipeline's cost goes (buffered saturation windows: ${callsIn(windows.sovereign)} calls to the daemon, ` +
+    `${callsIn(windows.bare)} to the bare proxy)\n` +
     `  busy per call: daemon ${total(ours).toFixed(1)} µs, bare ${total(bare).toFixed(1)} µs\n` +
     `by area:\n${head}${diff(byArea(ours), byArea(bare)).slice(0, top).map(row).join('')}` +
     `by function:\n${head}${diff(flat(ours), flat(bare)).slice(0, top).map(row).join('')}`
