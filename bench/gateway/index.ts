@@ -307,7 +307,7 @@ async function measure(name: string, run: () => Promise<LoadResult>): Promise<Re
   return { ...result, cpuPerCall: ((cpuSeconds(pid) - before) * 1000) / Math.max(1, result.ok) };
 }
 const results = new Map<string, Map<string, Measured>>();
-/** The buffered saturation windows, for --profile's report. */
+/** The saturation windows of the first mode run (buffered by default), for --profile's report. */
 const profileWindows: { sovereign: ProfileWindow[]; bare: ProfileWindow[] } = { sovereign: [], bare: [] };
 let sovereignAnswered = 0;
 const countCalls = (name: string, r: LoadResult) => {
@@ -370,7 +370,7 @@ for (const mode of modes) {
       const start = profileClock();
       const result = await measure(name, async () => countCalls(name, await saturate(target, seconds, connections)));
       saturated.get(name)!.push(result);
-      if (mode === 'buffered' && (name === 'sovereign' || name === 'bare'))
+      if (mode === modes[0] && (name === 'sovereign' || name === 'bare'))
         profileWindows[name].push({ start, end: profileClock(), calls: result.ok });
     }
     process.stdout.write('\n');
@@ -485,7 +485,7 @@ if (profileDir) {
   );
   process.stdout.write(`\nthe CPU profiles are in ${join(profileDir, 'sovereign')} and ${join(profileDir, 'bare')}\n`);
   if (profileWindows.sovereign.length && profileWindows.bare.length) {
-    process.stdout.write(pipelineProfileReport(profileDir, { sovereign: sovereign.pid!, bare: bare.pid! }, profileWindows));
+    process.stdout.write(pipelineProfileReport(profileDir, { sovereign: sovereign.pid!, bare: bare.pid! }, profileWindows, modes[0]));
   }
 }
 process.exit(0);

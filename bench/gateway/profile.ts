@@ -94,6 +94,8 @@ export function pipelineProfileReport(
   dir: string,
   pids: { sovereign: number; bare: number },
   windows: { sovereign: ProfileWindow[]; bare: ProfileWindow[] },
+  /** Which mode's windows these are (buffered or streamed), for the heading. */
+  mode: string,
   top = 25,
 ): string {
   const ours = perCall(mainThreadProfile(join(dir, 'sovereign'), pids.sovereign), windows.sovereign);
@@ -113,7 +115,7 @@ export function pipelineProfileReport(
     `  ${(r.ours - r.bare).toFixed(1).padStart(7)} ${r.ours.toFixed(1).padStart(7)} ${r.bare.toFixed(1).padStart(7)}  ${r.key.slice(0, 100)}\n`;
   const head = `  ${'more'.padStart(7)} ${'daemon'.padStart(7)} ${'bare'.padStart(7)}  (µs of the event loop per call)\n`;
   return (
-    `\nwhere the pipeline's cost goes (buffered saturation windows: ${callsIn(windows.sovereign)} calls to the daemon, ` +
+    `\nwhere the pipeline's cost goes (${mode} saturation windows: ${callsIn(windows.sovereign)} calls to the daemon, ` +
     `${callsIn(windows.bare)} to the bare proxy)\n` +
     `  busy per call: daemon ${total(ours).toFixed(1)} µs, bare ${total(bare).toFixed(1)} µs\n` +
     `by area:\n${head}${diff(byArea(ours), byArea(bare)).slice(0, top).map(row).join('')}` +
