@@ -76,8 +76,11 @@ function startsWord(s: Symbol): boolean {
  */
 function mayStart(stream: Symbol[], p: number): boolean {
   const s = stream[p]!;
-  return startsWord(s) || !/[0-9]/.test(stream[p - 1]?.ch ?? '');
+  const previous = stream[p - 1];
+  return startsWord(s) || previous === undefined || !isDigitSymbol(previous.ch);
 }
+
+const isDigitSymbol = (ch: string) => ch >= '0' && ch <= '9';
 
 const widthOf = (cp: number) => (cp > 0xffff ? 2 : 1);
 
@@ -165,11 +168,33 @@ function fitsKind(ch: string, kind: string | undefined): boolean {
 }
 
 /**
+ * Where reading symbols for `openIbanStart` can begin and still see the text's last symbols as a read from the start
+ * would: at the last hard break (after it every symbol reads the same, and none before it can join a chain across it),
+ * or at the start of the symbol an IBAN's length and two more from the end (the chain and the symbol before its first,
+ * which `mayStart` reads, are all after it). A stream's window is usually short, but a long one (English text has no
+ * hard break between its words) would otherwise cost a symbol object per letter on every piece.
+ */
+function tailStart(text: string): number {
+  let symbolsSeen = 0;
+  for (let i = text.length; i > 0;) {
+    const cp = codePointBefore(text, i);
+    const at = i - widthOf(cp);
+    if (digitValue(cp) >= 0 || latinLetter(cp)) {
+      if (++symbolsSeen === MAX_IBAN_LENGTH + 2) return at;
+    } else if (!isInvisible(cp) && !isSeparator(cp)) {
+      return at;
+    }
+    i = at;
+  }
+  return 0;
+}
+
+/**
  * For streaming: where the earliest IBAN that text still to come could complete begins (its first character), or
  * `text.length` if none can. Whatever lies before that point is judged the same whatever follows it.
  */
 export function openIbanStart(text: string): number {
-  const stream = symbols(text);
+  const stream = symbols(text, tailStart(text));
   const last = stream.length - 1;
   if (last < 0) return text.length;
   // After the last symbol, a hard break or more than two separators settles every candidate.
@@ -192,7 +217,8 @@ export function openIbanStart(text: string): number {
   }
   for (let p = chainStart; p <= last; p++) {
     const first = stream[p]!;
-    if (!mayStart(stream, p) || fitsKind(first.ch, 'n')) continue;
+    // The cheap tests first: a country code's letter, then its check digits (when they have arrived), then its place.
+    if (isDigitSymbol(first.ch) || (p + 2 <= last && !isDigitSymbol(stream[p + 2]!.ch)) || !mayStart(stream, p)) continue;
     // A country code's second letter must follow its first directly.
     if (p === last) {
       if (separators === 0 && COUNTRY_INITIALS.has(first.ch)) return first.start;
