@@ -3,7 +3,7 @@
 // and `scrub.output` turns it off. The engine is a stand-in that says what the test tells it to, because what is
 // tested is what the HTTP layer does with an answer, whatever model produced it.
 import { createHash } from 'node:crypto';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import OpenAI from 'openai';
 import type { ChatEngine, ToolCall } from '../daemon/engines/index.js';
 import { luhnValid } from '../daemon/scrub/index.js';
@@ -145,6 +145,18 @@ t.test('scrub.output false passes answers as the model wrote them (prompts are s
 t.test('a streamed answer is audited when it ends: the digest of what was sent, both redaction counts, its leaf', async (t) => {
   const { baseURL, secret, audit } = await startStandInApp(t, { teller: { engine: teller } }, {}, {}, true);
   script.pieces = [`your id is ${nid2}`, ' and that is all'];
+  await auditedStream(t, baseURL, secret, audit!);
+  // A long answer's events are hashed in several parts along the way: the digest is still that of all that was sent.
+  script.pieces = [`your id is ${nid2}`, ...Array.from({ length: 400 }, (_, i) => ` line ${i} of a long answer, in many pieces.`)];
+  t.ok((await auditedStream(t, baseURL, secret, audit!)) > 16 * 1024, 'more than 16 K characters streamed');
+});
+
+async function auditedStream(
+  t: Test,
+  baseURL: string,
+  secret: string,
+  audit: NonNullable<Awaited<ReturnType<typeof startStandInApp>>['audit']>,
+): Promise<number> {
   const res = await fetch(`${baseURL}/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
@@ -154,7 +166,7 @@ t.test('a streamed answer is audited when it ends: the digest of what was sent, 
   const match = /\n: x-audit-leaf (\d+)\n\ndata: \[DONE\]\n\n$/.exec(text);
   t.ok(match, 'the leaf is named just before [DONE]');
   const sent = text.slice(0, match!.index + 1);
-  const entry = JSON.parse(audit!.log.entry(Number(match![1]))!.toString()) as Record<string, unknown>;
+  const entry = JSON.parse(audit.log.entry(Number(match![1]))!.toString()) as Record<string, unknown>;
   t.match(entry, {
     route: '/v1/chat/completions',
     status: 200,
@@ -164,5 +176,6 @@ t.test('a streamed answer is audited when it ends: the digest of what was sent, 
     response_sha256: createHash('sha256').update(sent).digest('hex'),
     request_id: res.headers.get('x-request-id'),
   });
-  t.notMatch(audit!.log.entry(Number(match![1]))!.toString(), new RegExp(`${nid}|${nid2}`), 'no value in the log');
-});
+  t.notMatch(audit.log.entry(Number(match![1]))!.toString(), new RegExp(`${nid}|${nid2}`), 'no value in the log');
+  return sent.length;
+}
