@@ -8,7 +8,7 @@ import { ApiError } from '../../errors/index.js';
 import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
 import { CallsInFlight, routeOf } from './calls.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
-import { readJson } from './body.js';
+import { readEach, readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
 import { SseReader } from './sse.js';
 
@@ -224,7 +224,7 @@ export class UpstreamChatEngine implements ChatEngine {
     });
     // undici's body yields bytes; a character cut between two of them is joined by the decoder.
     const decoder = new TextDecoder();
-    for await (const bytes of response.body as AsyncIterable<Uint8Array>) reader.push(decoder.decode(bytes, { stream: true }));
+    await readEach(response, (bytes) => reader.push(decoder.decode(bytes, { stream: true })));
     reader.push(decoder.decode());
     reader.end();
     if (!done && finish === null) throw new Error('the upstream stream ended before its last event');
