@@ -279,15 +279,23 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   // record and one syscall carry them, not one each; nothing waits beyond the current turn. Once the engine is done,
   // the last events wait for the audit entry and leave with [DONE] and the response's end, in one write.
   let batch = '';
+  /** Set once the engine is done: events made from then on wait in `held` for the audit entry. */
   let holding = false;
+  let held = '';
   const flush = () => {
     if (unhashed.length >= HASH_EVERY) hashWritten();
     if (batch) out.push(batch);
     batch = '';
   };
+  // The first events (the role chunk, made when the engine starts) wait for the end of the event loop's turn, not
+  // just the current task: an upstream's first pieces usually arrive with its headers, and then leave with them.
+  let schedule: (flush: () => void) => void = (f) => setImmediate(f);
   const send = (text: string) => {
-    if (!batch && !holding) queueMicrotask(flush);
-    batch += text;
+    if (holding) held += text;
+    else {
+      if (!batch) schedule(flush);
+      batch += text;
+    }
   };
   const write = (event: string) => {
     unhashed += event;
@@ -295,12 +303,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   };
   // Every chunk's JSON starts the same way; only its choices differ.
   const chunkStart = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(modelId)},"choices":`;
-  const chunk = (choices: unknown[], extra?: Record<string, unknown>) =>
-    write(
-      extra
-        ? `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`
-        : `${chunkStart}${JSON.stringify(choices)}}\n\n`,
-    );
+  const chunk = (choices: unknown[]) => write(`${chunkStart}${JSON.stringify(choices)}}\n\n`);
   // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
   // ended in an error event is recorded with that error's status (the HTTP status line said 200).
   const finish = async (status = 200) => {
@@ -321,6 +324,8 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   // under the socket's high-water mark (at most 3 bytes per UTF-16 unit, plus the chunk's framing): a write past it
   // would wait for a drain that a corked socket never has.
   const endWith = (res: FastifyReply['raw']) => {
+    batch += held;
+    held = '';
     const socket = res.socket;
     const fits = socket !== null && socket.writableLength + 3 * batch.length + 64 < socket.writableHighWaterMark;
     if (fits && res.headersSent && !res.writableEnded && !res.writableNeedDrain && out.readableLength === 0) res.cork();
@@ -359,7 +364,8 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
     const start = () => {
       if (started) return;
       started = true;
-      chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+      write(`${chunkStart}[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`);
+      schedule = queueMicrotask;
       resolve(reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').send(out));
     };
     const work = engine
@@ -406,8 +412,8 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
             },
           ]);
         }
-        chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: result.finishReason }]);
-        if (request.body.stream_options?.include_usage) chunk([], { usage: usageObject(result) });
+        write(`${chunkStart}[{"index":0,"delta":{},"logprobs":null,"finish_reason":${JSON.stringify(result.finishReason)}}]}\n\n`);
+        if (request.body.stream_options?.include_usage) write(`${chunkStart}[],"usage":${JSON.stringify(usageObject(result))}}\n\n`);
         return finish();
       })
       .catch((err: unknown) => {
