@@ -1,11 +1,11 @@
 // Check digits: Luhn (payment cards; Saudi national ID and Iqama numbers use the same scheme over all ten digits)
 // and ISO 7064 mod 97-10 (IBAN).
 
-/** Luhn over a string of ASCII digits: true when the last digit checks the others. */
-export function luhnValid(digits: string): boolean {
+/** Luhn over a string of ASCII digits (or its digits from `from` to `to`): true when the last digit checks the others. */
+export function luhnValid(digits: string, from = 0, to = digits.length): boolean {
   let sum = 0;
   let double = false;
-  for (let i = digits.length - 1; i >= 0; i--) {
+  for (let i = to - 1; i >= from; i--) {
     let d = digits.charCodeAt(i) - 48;
     if (double) {
       d *= 2;

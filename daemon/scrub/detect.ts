@@ -14,8 +14,10 @@ export interface Redaction {
   value: string;
 }
 
+/** Whether the number made of the first `width` digits of `d` lies in [low, high] (read without a substring). */
 const prefixIn = (d: string, low: number, high: number, width: number) => {
-  const p = Number(d.slice(0, width));
+  let p = 0;
+  for (let i = 0; i < width; i++) p = p * 10 + d.charCodeAt(i) - 48;
   return p >= low && p <= high;
 };
 
@@ -57,14 +59,10 @@ export function cardNetwork(d: string): string | null {
   return null;
 }
 
-function classifyDigits(d: string): RedactionType | null {
-  if (d.length === 10 && luhnValid(d)) {
-    if (d[0] === '1') return 'NATIONAL_ID';
-    if (d[0] === '2') return 'IQAMA';
-    return null;
-  }
-  if (d.length >= 13 && d.length <= 19 && cardNetwork(d) && luhnValid(d)) return 'CARD';
-  return null;
+/** What a Luhn-valid number of a value's length (`mayBeValue`) is, if anything. */
+function classifyValid(d: string): RedactionType | null {
+  if (d.length === 10) return d[0] === '1' ? 'NATIONAL_ID' : d[0] === '2' ? 'IQAMA' : null;
+  return cardNetwork(d) ? 'CARD' : null;
 }
 
 /** National IDs, Iqama numbers and cards in `text` (whose digits `scan` found), non-overlapping, in order. */
@@ -77,10 +75,10 @@ export function findNumbers(text: string, scan: DigitScan = digitRuns(text)): Re
       for (let b = a; b < groups.length; b++) {
         const length = groups[b]!.to - from;
         if (length > 19) break;
-        // Skip what cannot be a value without slicing.
-        if (!mayBeValue(length, digits.charCodeAt(from) - 48)) continue;
+        // Every value is Luhn-valid: what cannot be one, or fails the check (most numbers), costs no substring.
+        if (!mayBeValue(length, digits.charCodeAt(from) - 48) || !luhnValid(digits, from, groups[b]!.to)) continue;
         const value = digits.slice(from, groups[b]!.to);
-        const type = classifyDigits(value);
+        const type = classifyValid(value);
         if (type) (candidates ??= []).push({ type, start: groups[a]!.start, end: groups[b]!.end, value });
       }
     }
