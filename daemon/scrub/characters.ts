@@ -1,8 +1,8 @@
 // The characters that matter to matching numbers: decimal digits of every script people write here (with their
 // values), separators people put inside numbers, and characters that are invisible or only steer direction.
 // JavaScript's \d is ASCII-only even with /u, and NFKC does not fold Arabic-Indic digits, so digits are mapped here.
-// Each list below is the single source for both a lookup table (what the scanners ask per character) and a
-// regular-expression class (what lets the regex engine skip text that holds no digit).
+// Each list below is the single source of the lookup tables the scanners read per character (runs.ts builds the
+// per-unit table both digit-run scanners use from them).
 
 type Range = readonly [first: number, last: number];
 
@@ -72,19 +72,6 @@ for (const zero of DIGIT_ZEROS) for (let d = 0; d <= 9; d++) DIGIT_VALUES[zero +
 for (const [first, last] of SEPARATORS) for (let cp = first; cp <= last; cp++) KINDS[cp] = KINDS[cp]! | SEPARATOR;
 for (const [first, last] of INVISIBLES) for (let cp = first; cp <= last; cp++) KINDS[cp] = KINDS[cp]! | INVISIBLE;
 
-function hex(n: number): string {
-  return n.toString(16).padStart(4, '0');
-}
-const classBody = (ranges: Range[]) =>
-  ranges.map(([first, last]) => (first === last ? `\\u${hex(first)}` : `\\u${hex(first)}-\\u${hex(last)}`)).join('');
-
-/** Regular-expression class bodies for the lists above; mathematical digits as their UTF-16 pairs. */
-export const DIGIT_CLASS = classBody(DIGIT_ZEROS.map((zero) => [zero, zero + 9] as const));
-export const MATH_DIGIT_PATTERN = `\\ud835[\\u${hex(MATH_DIGITS_START - 0x1d400 + 0xdc00)}-\\u${hex(MATH_DIGITS_END - 0x1d400 + 0xdc00)}]`;
-export const SEPARATOR_CLASS = classBody(SEPARATORS);
-export const INVISIBLE_CLASS = classBody(INVISIBLES);
-/** One invisible character of either plane, as a regular expression (without the u flag: as UTF-16). */
-export const INVISIBLE_PATTERN = `(?:[${INVISIBLE_CLASS}]|${INVISIBLES_ABOVE_BMP.map(([first, last]) => surrogateRange(first, last)).join('|')})`;
 /** What lies above U+FFFF: the mathematical digits (values repeating every ten from the first) and the invisibles. */
 export const ASTRAL_RANGES: ReadonlyArray<{ first: number; last: number; kind: 'digit' | 'invisible' }> = [
   { first: MATH_DIGITS_START, last: MATH_DIGITS_END, kind: 'digit' },
@@ -93,7 +80,7 @@ export const ASTRAL_RANGES: ReadonlyArray<{ first: number; last: number; kind: '
 
 /**
  * The high surrogates that begin a mathematical digit or an invisible character above U+FFFF, as one-unit strings:
- * text holding none of them (most text) can be scanned with BMP-only patterns.
+ * the scanners read a surrogate pair whole only when it starts with one of them.
  */
 export const ASTRAL_HIGH_SURROGATES: readonly string[] = [
   ...new Set(
@@ -107,18 +94,6 @@ export const ASTRAL_HIGH_SURROGATES: readonly string[] = [
 
 function highSurrogateOf(cp: number): number {
   return 0xd800 + ((cp - 0x10000) >> 10);
-}
-
-/** A range of code points above U+FFFF as UTF-16 alternatives (per high surrogate). */
-function surrogateRange(first: number, last: number): string {
-  const parts: string[] = [];
-  for (let high = highSurrogateOf(first); high <= highSurrogateOf(last); high++) {
-    const blockStart = 0x10000 + ((high - 0xd800) << 10);
-    const low = 0xdc00 + Math.max(first, blockStart) - blockStart;
-    const lowEnd = 0xdc00 + Math.min(last, blockStart + 0x3ff) - blockStart;
-    parts.push(`\\u${hex(high)}[\\u${hex(low)}-\\u${hex(lowEnd)}]`);
-  }
-  return parts.join('|');
 }
 
 /** The digit's value, or -1 if the code point is not a digit we read. */

@@ -1,5 +1,5 @@
 // The native digit-run scanner (native/scrub-scan, built by node-gyp on `npm ci` and `npm run build`): the same
-// scan as runs.ts's regex and JavaScript, in one C pass over the text. It is given this package's character tables,
+// scan as runs.ts's JavaScript, in one C pass over the text. It is given this package's character tables,
 // so it knows no list of its own. Without the built addon (or with SOVEREIGN_SCRUB_SCANNER=js) the JavaScript scanner
 // runs instead: the results are the same, only slower.
 import { existsSync } from 'node:fs';

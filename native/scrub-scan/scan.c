@@ -1,5 +1,5 @@
-// The scrubber's digit-run scanner in one pass over the text's UTF-16 units: what daemon/scrub/runs.ts does with a
-// regex and JavaScript (digitRunsJs), at memory speed. It knows no character lists of its own: daemon/scrub hands it
+// The scrubber's digit-run scanner in one pass over the text's UTF-16 units: what daemon/scrub/runs.ts does in
+// JavaScript (digitRunsJs, the same state machine), at memory speed. It knows no character lists of its own: daemon/scrub hands it
 // its tables once (init), so both scanners read the same digits, separators and invisible characters, and a test
 // checks they agree on random text.
 //
