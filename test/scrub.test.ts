@@ -56,6 +56,7 @@ const positives: Array<[string, string[]]> = [
   [`مدى ${toArabicIndic(mada)}`, ['[CARD]']],
   [`unionpay ${unionpay}`, ['[CARD]']],
   ['IBAN SA03 8000 0000 6080 1016 7519', ['[IBAN]']],
+  ['IBAN SA03 8000 -0000 6080 1016 7519', ['[IBAN]']],
   ['iban sa0380000000608010167519', ['[IBAN]']],
   ['ibanSA0380000000608010167519', ['[IBAN]']],
   ['الآيبان:SA0380000000608010167519', ['[IBAN]']],
@@ -86,6 +87,7 @@ const negatives: string[] = [
   'IBAN with wrong check SA04 8000 0000 6080 1016 7519',
   'IBAN too short SA03 8000 0000 6080 1016 751',
   'IBAN too long SA03800000006080101675199',
+  'IBAN cut by three separators SA03 8000 - 0000 6080 1016 7519',
   'order #1234567890 and invoice 4000000000',
   'version 10.12.345.678',
 ];

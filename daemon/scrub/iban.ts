@@ -122,6 +122,51 @@ function countryCodeBefore(text: string, runStart: number): string {
   }
 }
 
+const isAsciiDigit = (unit: number) => unit >= 48 && unit <= 57;
+
+/** Where the last character `readIban` took ends. */
+let readEnd = -1;
+
+/**
+ * The `length` letters and digits from `start` as upper-case ASCII, if they are one chain (between two of them only
+ * invisible characters and at most two separators) and whatever follows them starts a new word; else null. Read
+ * straight from the text: this runs for every country code found before a digit run.
+ */
+function readIban(text: string, start: number, length: number): string | null {
+  let value = '';
+  let separators = 0;
+  let broken = false;
+  for (let i = start; i < text.length;) {
+    const cp = text.codePointAt(i)!;
+    const width = widthOf(cp);
+    const digit = digitValue(cp);
+    const letter = digit >= 0 ? -1 : latinIndex(cp);
+    if (digit >= 0 || letter >= 0) {
+      // A letter or digit right after the IBAN's last one runs on into it: not an IBAN.
+      if (value.length === length) return broken || separators > 0 ? value : null;
+      if (value.length > 0 && (broken || separators > MAX_SEPARATORS)) return null;
+      value += digit >= 0 ? DIGIT_CHARACTERS[digit]! : LATIN_LETTERS[letter]!;
+      readEnd = i + width;
+      separators = 0;
+      broken = false;
+    } else if (isInvisible(cp)) {
+      // seen through
+    } else if (isSeparator(cp)) {
+      separators++;
+    } else {
+      broken = true;
+      separators = 0;
+    }
+    // Once it is complete, a separator or a break settles it: whatever comes next starts a new word.
+    if (value.length === length && (broken || separators > 0)) return value;
+    i += width;
+  }
+  return value.length === length ? value : null;
+}
+
+const DIGIT_CHARACTERS = '0123456789';
+const LATIN_LETTERS = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+
 /** Whether an IBAN may begin at `start`: at a word start, or after letters, never right after a digit. */
 function mayStartAt(text: string, start: number): boolean {
   for (let i = start; i > 0;) {
@@ -144,20 +189,13 @@ export function findIbans(text: string, scan: DigitScan = digitRuns(text)): Reda
     const registry = code ? BBAN_PATTERNS.get(code) : undefined;
     const start = codeStart;
     if (!registry || start < lastEnd || !mayStartAt(text, start)) continue;
-    const read = symbols(text, start, registry.length + 1);
-    let value = '';
-    let q = 0;
-    for (; q < read.length && value.length < registry.length; q++) {
-      const s = read[q]!;
-      if (q > 0 && (s.breakBefore || s.separatorsBefore > MAX_SEPARATORS)) break;
-      value += s.ch;
-    }
-    if (value.length !== registry.length) continue;
-    const next = read[q];
-    if (next && !startsWord(next)) continue;
-    if (!/^[A-Z]{2}[0-9]{2}/.test(value) || !registry.pattern.test(value.slice(4)) || !ibanValid(value)) continue;
-    found.push({ type: 'IBAN', start, end: read[q - 1]!.end, value });
-    lastEnd = read[q - 1]!.end;
+    const value = readIban(text, start, registry.length);
+    if (value === null) continue;
+    // The country code's letters start it; its check digits and BBAN must have the registry's shape.
+    if (!isAsciiDigit(value.charCodeAt(2)) || !isAsciiDigit(value.charCodeAt(3))) continue;
+    if (!registry.pattern.test(value.slice(4)) || !ibanValid(value)) continue;
+    found.push({ type: 'IBAN', start, end: readEnd, value });
+    lastEnd = readEnd;
   }
   return found;
 }
