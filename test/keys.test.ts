@@ -1,6 +1,7 @@
 // Keys and projects through the CLI, and their effect on a running daemon (no restart).
 import t from 'tap';
 import OpenAI from 'openai';
+import { Client } from 'undici';
 import { digestMatches, hashSecret, secretDigest } from '../daemon/keys/secrets.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
@@ -108,6 +109,61 @@ t.test('rotate and revoke act on a running daemon within a second, and touch no 
   t.ok(err instanceof OpenAI.AuthenticationError, 'the SDK sees a 401');
   t.equal(err.code, 'invalid_api_key');
 });
+
+t.test(
+  'calls on one keep-alive connection are each checked: another key, a revocation or a rotation applies to the next one',
+  async (t) => {
+    // The daemon remembers the header a connection last authenticated with, so that its next calls skip hashing the
+    // secret; none of that may let a call through that a new connection would refuse. (A 401 closes the connection.)
+    const a = createKey(dataDir, 'ministry');
+    const b = createKey(dataDir, 'ministry');
+    const c = createKey(dataDir, 'ministry');
+    const daemon = await startDaemon(t, d);
+    const client = new Client(new URL(daemon.baseURL).origin);
+    t.teardown(() => client.close());
+    let connections = 0;
+    client.on('connect', () => connections++);
+    const status = async (secret: string) => {
+      const r = await client.request({ method: 'GET', path: '/v1/models', headers: { authorization: `Bearer ${secret}` } });
+      await r.body.dump();
+      return r.statusCode;
+    };
+    const wrong = (secret: string) => `${secret.slice(0, -1)}${secret.endsWith('A') ? 'B' : 'A'}`;
+
+    t.equal(await status(a.secret), 200);
+    t.equal(await status(a.secret), 200, 'the same key again');
+    t.equal(await status(b.secret), 200, 'another key');
+    t.equal(await status(a.secret), 200, 'and back');
+    t.equal(cli(['keys', 'revoke', a.id, ...d]).code, 0);
+    t.equal(await status(a.secret), 401, 'revoked by another process: the very next call is refused');
+    t.equal(connections, 1, 'all of that on one connection');
+
+    t.equal(await status(b.secret), 200);
+    t.equal(await status(b.secret), 200);
+    t.equal(await status(wrong(b.secret)), 401, 'a wrong secret right after the right one');
+    t.equal(connections, 2);
+
+    t.equal(await status(c.secret), 200);
+    t.equal(await status(c.secret), 200);
+    const graced = cli(['keys', 'rotate', c.id, '--grace', '30', ...d, '--json']);
+    t.equal(graced.code, 0, graced.stderr);
+    t.equal(await status(c.secret), 200, 'the old secret during the grace period');
+    t.equal(await status(c.secret), 200, 'again');
+    t.equal(cli(['keys', 'rotate', c.id, ...d]).code, 0);
+    t.equal(await status(c.secret), 401, 'a second rotation ends the grace: the next call with the old secret is refused');
+    t.equal(connections, 3, 'the grace period and its end on one connection');
+    t.equal(await status(b.secret), 200, 'the other keys still work');
+
+    // A grace period also ends by itself, with no change to any key.
+    t.equal(cli(['keys', 'rotate', b.id, '--grace', '2', ...d]).code, 0);
+    const rotated = Date.now();
+    t.equal(await status(b.secret), 200, 'the old secret in a grace period of two seconds');
+    t.equal(await status(b.secret), 200, 'again');
+    await new Promise((r) => setTimeout(r, rotated + 2200 - Date.now()));
+    t.equal(await status(b.secret), 401, 'refused once the grace period is over');
+    t.equal(connections, 4, 'on the connection that used it during the grace period');
+  },
+);
 
 t.test('bad keys are 401 invalid_api_key, never anything else', async (t) => {
   const daemon = await startDaemon(t, d);

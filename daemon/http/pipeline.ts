@@ -134,7 +134,7 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       hook: 'onRequest',
       run(request) {
         if (declarationOf(request)?.auth === false) return;
-        request.call.principal = authenticate(request.headers.authorization, deps.keys);
+        request.call.principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
       },
     },
     metered && {

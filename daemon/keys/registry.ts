@@ -250,7 +250,7 @@ export class KeyRegistry {
   authenticate(secret: string, now = Date.now()): KeyRecord | null {
     const id = keyIdOf(secret);
     const presented = secretDigest(secret);
-    const key = id ? this.cached(id) : undefined;
+    const key = id ? this.cached(id, this.version()) : undefined;
     // Both comparisons run whatever the outcome, so timing does not tell which hash matched.
     const current = digestMatches(presented, key?.digest);
     const previous = digestMatches(presented, key?.previous);
@@ -261,8 +261,12 @@ export class KeyRegistry {
     return null;
   }
 
-  private cached(id: string): CachedKey | undefined {
-    const version = this.versions.get(VERSION);
+  /** A number that moves with every change to any key, by any process (a revocation, a rotation, new limits). */
+  version(): number | undefined {
+    return this.versions.get(VERSION);
+  }
+
+  private cached(id: string, version: number | undefined): CachedKey | undefined {
     if (version !== this.cachedVersion) {
       this.cache.clear();
       this.cachedVersion = version;

@@ -54,6 +54,14 @@ export function digestMatches(presented: string, stored: string | undefined): bo
   return differ === 0 && against !== NO_DIGEST;
 }
 
+/** Constant-time equality of two strings: every character is compared whatever differs (their lengths are not secret). */
+export function sameSecret(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let differ = 0;
+  for (let i = 0; i < a.length; i++) differ |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return differ === 0;
+}
+
 /** What can be shown of a secret in listings: enough to recognise it, not enough to use it. */
 export function redact(secret: string): string {
   return `${secret.slice(0, SECRET_PREFIX.length + 4)}…${secret.slice(-4)}`;
