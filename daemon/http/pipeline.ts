@@ -16,7 +16,7 @@
 //  10. audit             authenticated    entry on disk before the response leaves (X-Audit-Leaf); 503 audit_unavailable
 //                                         if it cannot be written (http/audit.ts)
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { authenticate } from '../auth/index.js';
+import { authenticate, type Principal } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import { ApiError, MESSAGES } from '../errors/index.js';
 import { ScrubSession } from '../scrub/index.js';
@@ -109,10 +109,20 @@ export function identifyStage(deps: PipelineDeps): Stage {
   };
 }
 
+/**
+ * Per authenticated key (a principal object: a key's change makes a new one), its quota, made once: the limits come
+ * from the key, its plan and the configuration, none of which changes from one call to the next.
+ */
+const quotas = new WeakMap<Principal, KeyQuota>();
 function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
   const principal = request.call.principal!;
-  const { rpm, tpm } = keyLimits(config, principal);
-  return { keyId: principal.keyId, rpm, tpm };
+  let quota = quotas.get(principal);
+  if (!quota) {
+    const { rpm, tpm } = keyLimits(config, principal);
+    quota = { keyId: principal.keyId, rpm, tpm };
+    quotas.set(principal, quota);
+  }
+  return quota;
 }
 
 /** Stages 2 to 8, for the /v1 routes. */

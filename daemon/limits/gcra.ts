@@ -13,6 +13,17 @@ export interface Decision {
 }
 
 const PERIOD_MS = 60_000;
+
+/** A decision with the bucket's state after it: made in one literal, as every call makes two. */
+function decision(allowed: boolean, limit: number, tat: number, now: number, interval: number, retryAfterMs: number): Decision {
+  return {
+    allowed,
+    limit,
+    remaining: Math.max(0, Math.floor((now + PERIOD_MS - tat) / interval + 1e-9)),
+    resetMs: Math.max(0, tat - now),
+    retryAfterMs,
+  };
+}
 const SWEEP_AT = 50_000;
 
 export class Gcra {
@@ -24,30 +35,23 @@ export class Gcra {
     const tat = Math.max(this.tat.get(bucket) ?? now, now);
     const next = tat + cost * interval;
     const allowAt = next - PERIOD_MS;
-    if (cost > limit) return { allowed: false, limit, ...this.state(tat, now, interval), retryAfterMs: Infinity };
-    if (allowAt > now) return { allowed: false, limit, ...this.state(tat, now, interval), retryAfterMs: allowAt - now };
+    if (cost > limit) return decision(false, limit, tat, now, interval, Infinity);
+    if (allowAt > now) return decision(false, limit, tat, now, interval, allowAt - now);
     this.tat.set(bucket, next);
     if (this.tat.size > SWEEP_AT) this.sweep(now);
-    return { allowed: true, limit, ...this.state(next, now, interval), retryAfterMs: 0 };
+    return decision(true, limit, next, now, interval, 0);
   }
 
   /** Gives units back (negative `delta`) or takes more (positive) after the real cost is known; never refuses. */
-  adjust(bucket: string, limit: number, delta: number, now = Date.now()): Decision {
+  adjust(bucket: string, limit: number, delta: number, now = Date.now()): void {
     const interval = PERIOD_MS / limit;
     const next = Math.max(this.tat.get(bucket) ?? now, now) + delta * interval;
     this.tat.set(bucket, Math.max(next, now));
-    return this.peek(bucket, limit, now);
   }
 
   peek(bucket: string, limit: number, now = Date.now()): Decision {
     const interval = PERIOD_MS / limit;
-    const tat = Math.max(this.tat.get(bucket) ?? now, now);
-    return { allowed: true, limit, ...this.state(tat, now, interval), retryAfterMs: 0 };
-  }
-
-  private state(tat: number, now: number, interval: number): { remaining: number; resetMs: number } {
-    const remaining = Math.max(0, Math.floor((now + PERIOD_MS - tat) / interval + 1e-9));
-    return { remaining, resetMs: Math.max(0, tat - now) };
+    return decision(true, limit, Math.max(this.tat.get(bucket) ?? now, now), now, interval, 0);
   }
 
   /** Buckets whose arrival time has passed are full; forgetting them changes nothing. */

@@ -4,10 +4,11 @@ import { ApiError } from '../errors/index.js';
 import type { Decision } from './gcra.js';
 import { MemoryLimitStore, type Bucket, type LimitStore, type PairDecision } from './store.js';
 
+/** A key's limits. Treated as immutable: a key whose limits change gets a new quota object. */
 export interface KeyQuota {
-  keyId: string;
-  rpm: number;
-  tpm: number;
+  readonly keyId: string;
+  readonly rpm: number;
+  readonly tpm: number;
 }
 
 export type LimitHeaders = Record<string, string>;
@@ -18,6 +19,15 @@ export function formatDuration(ms: number): string {
   const minutes = Math.floor(ms / 60_000);
   const seconds = Math.round((ms - minutes * 60_000) / 10) / 100;
   return minutes > 0 ? `${minutes}m${seconds}s` : `${seconds}s`;
+}
+
+/** The token limit's three headers, which the token reservation updates (the request stage has set all six). */
+function tokenHeaders(tokens: Decision): LimitHeaders {
+  return {
+    'x-ratelimit-limit-tokens': String(tokens.limit),
+    'x-ratelimit-remaining-tokens': String(tokens.remaining),
+    'x-ratelimit-reset-tokens': formatDuration(tokens.resetMs),
+  };
 }
 
 /** OpenAI's six headers, as one literal object (computed names and spreads cost more than the whole decision). */
@@ -90,8 +100,9 @@ export class KeyLimits {
   }
 
   /**
-   * Reserves the tokens a call may use (prompt plus the most it may generate) or throws 429. The caller settles the
-   * reservation with the real count when the call ends.
+   * Reserves the tokens a call may use (prompt plus the most it may generate) or throws 429 (with all six headers).
+   * Returns the token limit's three headers as they stand after the reservation: admitRequest's call has set the
+   * request limit's. The caller settles the reservation with the real count when the call ends.
    */
   reserveTokens(quota: KeyQuota, tokens: number, now?: number): LimitHeaders | Promise<LimitHeaders> {
     const decision = this.decide(tokensOf(quota), tokens, requestsOf(quota), now);
@@ -126,8 +137,8 @@ function admitted(quota: KeyQuota, { changed: decision, other }: PairDecision): 
 }
 
 function reserved(quota: KeyQuota, tokens: number, { changed: decision, other }: PairDecision): LimitHeaders {
+  if (decision.allowed) return tokenHeaders(decision);
   const headers = limitHeaders(other, decision);
-  if (decision.allowed) return headers;
   if (!Number.isFinite(decision.retryAfterMs)) {
     throw new ApiError(
       'rate_limit_exceeded',
@@ -143,5 +154,18 @@ function reserved(quota: KeyQuota, tokens: number, { changed: decision, other }:
   );
 }
 
-const requestsOf = (quota: KeyQuota): Bucket => ({ name: `r:${quota.keyId}`, limit: quota.rpm });
-const tokensOf = (quota: KeyQuota): Bucket => ({ name: `t:${quota.keyId}`, limit: quota.tpm });
+/**
+ * A quota's two buckets, made once per quota object: the pipeline keeps one quota per authenticated key, so a call
+ * makes no bucket names (and the store's map hashes no new string).
+ */
+const buckets = new WeakMap<KeyQuota, { requests: Bucket; tokens: Bucket }>();
+function bucketsOf(quota: KeyQuota): { requests: Bucket; tokens: Bucket } {
+  let pair = buckets.get(quota);
+  if (!pair) {
+    pair = { requests: { name: `r:${quota.keyId}`, limit: quota.rpm }, tokens: { name: `t:${quota.keyId}`, limit: quota.tpm } };
+    buckets.set(quota, pair);
+  }
+  return pair;
+}
+const requestsOf = (quota: KeyQuota): Bucket => bucketsOf(quota).requests;
+const tokensOf = (quota: KeyQuota): Bucket => bucketsOf(quota).tokens;
