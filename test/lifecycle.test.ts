@@ -1,6 +1,7 @@
 // Starting and stopping: the appliance posture's certificate rule, and SIGTERM with calls in flight.
 import { execFileSync, spawn } from 'node:child_process';
-import { closeSync, constants, openSync } from 'node:fs';
+import { closeSync, constants, openSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
@@ -33,6 +34,38 @@ t.test('appliance serves HTTPS with the operator certificate', async (t) => {
   const r = await request(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${secret}` }, ca: tls.ca });
   t.equal(r.status, 200);
   t.match(r.json, { posture: 'appliance', sovereign: true });
+});
+
+t.test("log.requests: each request's lines name its request id (its logger is made when it first logs)", async (t) => {
+  const { secret } = createKey(dataDir, 'logged');
+  const config = join(dataDir, 'log-requests.json');
+  writeFileSync(config, JSON.stringify({ dataDir, log: { requests: true } }));
+  const daemon = await startDaemon(t, ['--config', config]);
+  const ok = await request(`${daemon.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
+  const missing = await request(`${daemon.origin}/v2/nothing`);
+  t.equal(ok.status, 200);
+  t.equal(missing.status, 404);
+  await new Promise((r) => setTimeout(r, 200));
+  const lines = daemon.logs.flatMap((l) => {
+    try {
+      return [JSON.parse(l) as { msg?: string; reqId?: string; res?: { statusCode?: number } }];
+    } catch {
+      return [];
+    }
+  });
+  for (const [name, response] of [
+    ['the call', ok],
+    ['the 404', missing],
+  ] as const) {
+    const id = response.headers['x-request-id'];
+    const own = lines.filter((l) => l.reqId === id);
+    t.same(
+      own.map((l) => l.msg),
+      ['incoming request', 'request completed'],
+      `${name}: its two lines carry its X-Request-Id`,
+    );
+    t.equal(own[1]?.res?.statusCode, response.status, `${name}: and its status`);
+  }
 });
 
 t.test('SIGTERM lets in-flight calls finish, refuses new ones, then exits 0', async (t) => {

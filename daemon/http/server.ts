@@ -5,6 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { registerDashboard, type DashboardDeps } from '../dashboard/index.js';
+import { lazyChildLogger } from '../log/index.js';
 import { ApiError } from '../errors/index.js';
 import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
@@ -48,6 +49,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   const app = Fastify({
     ...(options.https ? { https: { ...options.https, requireHostHeader: false } } : { http: { requireHostHeader: false } }),
     logger: options.logger,
+    childLoggerFactory: lazyChildLogger,
     logController: new LogController({ disableRequestLogging: !config.log.requests }),
     bodyLimit: config.limits.bodyBytes,
     requestTimeout: config.timeouts.requestMs,
