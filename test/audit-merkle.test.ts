@@ -4,7 +4,7 @@
 import { appendFileSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { AuditLog, callEntryJson, canonicalJson, merkle, type CallRecord } from '../daemon/audit/index.js';
+import { AuditLog, callEntryJson, canonicalJson, isoTime, merkle, type CallRecord } from '../daemon/audit/index.js';
 import { openStore, type Store } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
 import { startStandInApp } from './helpers/app.js';
@@ -506,4 +506,30 @@ t.test("a call's entry is written as the canonical JSON of its fields, whatever 
     });
     t.equal(callEntryJson(call, time, 'sa-riyadh-1'), expected, name);
   }
+});
+
+t.test("an entry's time is the string toISOString makes, whatever the millisecond and in whatever order times come", async (t) => {
+  const now = Date.UTC(2026, 10, 25, 16, 40, 12, 345);
+  const times = [
+    now,
+    now + 1,
+    now + 654,
+    now + 655,
+    now - 345,
+    now - 346,
+    now - 1000,
+    now + 86_400_000 * 400,
+    0,
+    9,
+    10,
+    99,
+    100,
+    999,
+    -1,
+    -1001,
+  ];
+  for (let i = 0; i < 2000; i++) times.push(now + Math.floor((Math.random() - 0.5) * 10_000_000));
+  const differ = times.filter((ms) => isoTime(ms) !== new Date(ms).toISOString());
+  t.same(differ, [], `${times.length} times`);
+  t.match(isoTime(), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, 'now');
 });

@@ -9,15 +9,18 @@ import type { Store } from '../store/index.js';
 import { Checkpointer, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
 import { SoftwareSigner, TpmSigner, type Signer, type TpmOptions } from './signer.js';
+import { isoTime } from './time.js';
 
 export { canonicalJson, type Canonical } from './canonical.js';
 export { noteText, signedNote, type Checkpoint } from './checkpoint.js';
 export { AuditLog } from './log.js';
 export * as merkle from './merkle.js';
+export { isoTime } from './time.js';
 export { keyIdOf, parseAttest, SoftwareSigner, TpmSigner, type Signer, type SignerKind, type TpmOptions } from './signer.js';
 
 /** What the HTTP layer knows about a call when it ends. */
 export interface CallRecord {
+  /** The daemon's own id for the call (`req_` and hex). */
   requestId: string;
   keyId: string;
   projectId: string;
@@ -27,6 +30,7 @@ export interface CallRecord {
   status: number;
   redactions: RedactionCounts | null;
   answerRedactions: RedactionCounts | null;
+  /** SHA-256 digests, in lower-case hex. */
   requestSha256: string;
   responseSha256: string;
   /** The frontier provider the call was sent to, if it was: the entry then says the call left the boundary. */
@@ -52,12 +56,17 @@ function countsJson(counts: RedactionCounts | null): string {
 }
 
 const str = JSON.stringify;
+/**
+ * A string the daemon made itself in an alphabet JSON never escapes (a hex digest, a request id, an ISO time): quoted
+ * as JSON.stringify would, without its cost (JSON.stringify is most of what a small string's quoting costs).
+ */
+const own = (s: string) => `"${s}"`;
 
 /**
  * A call's entry as canonical JSON (RFC 8785): the same bytes canonicalJson makes of the entry object, written in
  * its keys' sorted order without building the object or sorting, because every call pays for it. Strings go through
- * JSON.stringify as canonicalJson's do; the status is an integer. `test/audit-merkle.test.ts` checks the bytes
- * against canonicalJson; a new field must go in its sorted place.
+ * JSON.stringify as canonicalJson's do, except those the daemon made itself (`own`); the status is an integer.
+ * `test/audit-merkle.test.ts` checks the bytes against canonicalJson; a new field must go in its sorted place.
  */
 export function callEntryJson(call: CallRecord, time: string, region: string): string {
   return (
@@ -66,9 +75,9 @@ export function callEntryJson(call: CallRecord, time: string, region: string): s
     (call.leftBoundary ? `,"left_boundary":${str(call.leftBoundary)}` : '') +
     `,"method":${str(call.method)},"model":${call.model === null ? 'null' : str(call.model)}` +
     `,"project":${str(call.projectId)},"redactions":${countsJson(call.redactions)},"region":${str(region)}` +
-    `,"request_id":${str(call.requestId)},"request_sha256":${str(call.requestSha256)}` +
-    `,"response_sha256":${str(call.responseSha256)},"route":${str(call.route)},"status":${call.status}` +
-    `,"time":${str(time)},"v":1}`
+    `,"request_id":${own(call.requestId)},"request_sha256":${own(call.requestSha256)}` +
+    `,"response_sha256":${own(call.responseSha256)},"route":${str(call.route)},"status":${call.status}` +
+    `,"time":${own(time)},"v":1}`
   );
 }
 
@@ -126,7 +135,7 @@ export class AuditService {
 
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */
   record(call: CallRecord): Promise<number> {
-    return this.log.appendCanonical(callEntryJson(call, new Date().toISOString(), this.region));
+    return this.log.appendCanonical(callEntryJson(call, isoTime(), this.region));
   }
 
   get originName(): string {
