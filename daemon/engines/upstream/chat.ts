@@ -8,7 +8,7 @@ import { ApiError } from '../../errors/index.js';
 import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
 import { CallsInFlight, routeOf } from './calls.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
-import { readEach, readJson } from './body.js';
+import { readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
 import { SseReader } from './sse.js';
 
@@ -222,9 +222,9 @@ export class UpstreamChatEngine implements ChatEngine {
         if (part.function?.arguments) call.function!.arguments += part.function.arguments;
       }
     });
-    // undici's body yields bytes; a character cut between two of them is joined by the decoder.
+    // The body comes as bytes; a character cut between two pieces is joined by the decoder.
     const decoder = new TextDecoder();
-    await readEach(response, (bytes) => reader.push(decoder.decode(bytes, { stream: true })));
+    await response.each((bytes) => reader.push(decoder.decode(bytes, { stream: true })));
     reader.push(decoder.decode());
     reader.end();
     if (!done && finish === null) throw new Error('the upstream stream ended before its last event');

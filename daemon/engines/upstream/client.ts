@@ -7,9 +7,10 @@
 // jittered pause: every call made to an upstream (chat, embeddings, transcription, images) changes nothing on it, so
 // a second try cannot do twice what the first did. Once a response has started, nothing is retried.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Pool, type Dispatcher, type FormData } from 'undici';
+import { Pool, type FormData } from 'undici';
 import { abortSignalOf, type AnyStopSignal } from '../stop.js';
 import { readBody } from './body.js';
+import { dispatch, type UpstreamResponse } from './response.js';
 
 export interface UpstreamTarget {
   name: string;
@@ -23,7 +24,7 @@ export interface UpstreamTarget {
   retries: number;
 }
 
-export type UpstreamResponse = Dispatcher.ResponseData;
+export type { UpstreamResponse };
 
 /** Errors that mean no byte of a response arrived, so a second try is safe. */
 const BEFORE_RESPONSE = new Set([
@@ -112,7 +113,7 @@ export class UpstreamClient {
    */
   post(path: string, body: string, signal: AnyStopSignal, options: { probe?: boolean } = {}): Promise<UpstreamResponse> {
     const request = { method: 'POST', path: this.basePath + path, headers: this.jsonHeaders, body, signal } as const;
-    return options.probe ? this.probes.request(request) : this.send(request);
+    return options.probe ? dispatch(this.probes, request, signal) : this.send(request);
   }
 
   /** POSTs a multipart form (made fresh for each try: a form's body can be read once). */
@@ -122,7 +123,7 @@ export class UpstreamClient {
 
   /** GETs `path` under the base URL, once, on the probes' connection (health checks have their own schedule). */
   get(path: string, signal: AbortSignal): Promise<UpstreamResponse> {
-    return this.probes.request({ method: 'GET', path: this.basePath + path, headers: this.plainHeaders, signal });
+    return dispatch(this.probes, { method: 'GET', path: this.basePath + path, headers: this.plainHeaders }, signal);
   }
 
   /**
@@ -137,9 +138,13 @@ export class UpstreamClient {
       throw new Error('the upstream gave a URL that does not parse');
     }
     if (target.origin !== this.origin) throw new Error('the upstream gave a URL on another origin; it is not fetched');
-    const response = await this.pool.request({ method: 'GET', path: target.pathname + target.search, headers: this.plainHeaders, signal });
+    const response = await dispatch(
+      this.pool,
+      { method: 'GET', path: target.pathname + target.search, headers: this.plainHeaders },
+      signal,
+    );
     if (response.statusCode !== 200) {
-      await response.body.dump().catch(() => {});
+      await response.dump().catch(() => {});
       throw new Error(`the upstream's own URL answered status ${response.statusCode}`);
     }
     return readBody(response, maxBytes);
@@ -156,7 +161,11 @@ export class UpstreamClient {
       const body = typeof request.body === 'function' ? request.body() : request.body;
       let response: UpstreamResponse;
       try {
-        response = await this.pool.request({ ...request, body });
+        response = await dispatch(
+          this.pool,
+          { method: request.method, path: request.path, headers: request.headers, body },
+          request.signal,
+        );
       } catch (err) {
         const code = (err as { code?: string }).code ?? '';
         if (request.signal.aborted) throw err;
@@ -170,7 +179,7 @@ export class UpstreamClient {
       const wait = retryAfterMs(response);
       if (!NOT_TAKEN.has(response.statusCode) || attempt >= this.retries || wait > LONGEST_WAIT_MS) return response;
       // The refusal's body is not needed: the next try, or the last refusal, speaks for it.
-      await response.body.dump().catch(() => {});
+      await response.dump().catch(() => {});
       await this.pause(Math.max(wait, backoffMs(attempt + 1)), request.signal, null);
     }
   }

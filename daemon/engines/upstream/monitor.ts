@@ -65,7 +65,7 @@ export class UpstreamMonitor {
     try {
       const response = await this.client.get('/models', signal);
       if (response.statusCode !== 200) {
-        await response.body.dump().catch(() => {});
+        await response.dump().catch(() => {});
         const why = response.statusCode === 401 || response.statusCode === 403 ? ' (it refuses our key: check apiKeyFile)' : '';
         next = this.down(`its model list answered status ${response.statusCode}${why}`);
       } else {

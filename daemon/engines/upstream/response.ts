@@ -1,0 +1,206 @@
+// An upstream's response, read through undici's dispatch: each piece of its body goes straight to the one reader, with
+// no stream in between. undici's request() makes a Readable and an async resource for every call, and their events
+// and ticks cost more than reading a small answer. A body is read once: by each(), or thrown away by dump().
+import type { Dispatcher } from 'undici';
+import type { AnyStopSignal } from '../stop.js';
+
+/** Header names in lower case; a header sent more than once has its values in order. */
+export type UpstreamHeaders = Record<string, string | string[] | undefined>;
+
+/**
+ * Bytes held for a reader that has not come yet (pieces that arrived with the headers, before the caller could
+ * attach): past this the upstream is paused until it comes.
+ */
+const HELD_BEFORE_READER = 1024 * 1024;
+
+interface Waiter {
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+export class UpstreamResponse {
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+  private reader: ((piece: Buffer) => void) | null = null;
+  private waiter: Waiter | null = null;
+  private ended = false;
+  private failure: Error | null = null;
+  private read = false;
+  /** Set while the upstream is paused for a late reader. */
+  private resumeUpstream: (() => void) | null = null;
+
+  constructor(
+    readonly statusCode: number,
+    readonly headers: UpstreamHeaders,
+    private readonly abort: (reason: Error) => void,
+  ) {}
+
+  /**
+   * Hands each piece of the body to `onPiece` as it arrives; resolves at its end, rejects if it breaks off (an error,
+   * an abort, a cut connection). A throw from `onPiece` stops reading (the request is aborted) and rejects.
+   */
+  each(onPiece: (piece: Buffer) => void): Promise<void> {
+    if (this.read) return Promise.reject(new Error('the upstream answer was already read'));
+    this.read = true;
+    return new Promise<void>((resolve, reject) => {
+      const held = this.held;
+      this.held = [];
+      this.heldBytes = 0;
+      try {
+        for (const piece of held) onPiece(piece);
+      } catch (err) {
+        this.fail(err, reject);
+        return;
+      }
+      if (this.failure) return reject(this.failure);
+      if (this.ended) return resolve();
+      this.reader = onPiece;
+      this.waiter = { resolve, reject };
+      const resume = this.resumeUpstream;
+      this.resumeUpstream = null;
+      resume?.();
+    });
+  }
+
+  /** Throws the body away: reads it to its end without keeping it (the connection stays usable). */
+  dump(): Promise<void> {
+    return this.each(() => {});
+  }
+
+  /** Stops reading: the request is aborted, and a reader waiting for the end is told so. */
+  destroy(reason: Error = new Error('the upstream answer was cut off before its end')): void {
+    if (this.ended || this.failure) return;
+    this.abort(reason);
+  }
+
+  private fail(err: unknown, reject: (err: Error) => void): void {
+    const error = err instanceof Error ? err : new Error(String(err));
+    this.reader = null;
+    this.waiter = null;
+    this.failure ??= error;
+    this.abort(error);
+    reject(error);
+  }
+
+  /** From the dispatch handler: the next piece of the body. false pauses the upstream. */
+  piece(chunk: Buffer, resume: () => void): boolean {
+    if (this.failure) return true;
+    const reader = this.reader;
+    if (reader) {
+      try {
+        reader(chunk);
+      } catch (err) {
+        this.fail(err, this.waiter!.reject);
+      }
+      return true;
+    }
+    this.held.push(chunk);
+    this.heldBytes += chunk.length;
+    if (this.heldBytes < HELD_BEFORE_READER) return true;
+    this.resumeUpstream = resume;
+    return false;
+  }
+
+  /** From the dispatch handler: the body is complete. */
+  end(): void {
+    if (this.failure) return;
+    this.ended = true;
+    const waiter = this.waiter;
+    this.reader = null;
+    this.waiter = null;
+    waiter?.resolve();
+  }
+
+  /** From the dispatch handler: the body broke off. */
+  error(err: Error): void {
+    if (this.ended || this.failure) return;
+    this.failure = err;
+    this.held = [];
+    const waiter = this.waiter;
+    this.reader = null;
+    this.waiter = null;
+    waiter?.reject(err);
+  }
+}
+
+function headersOf(raw: Buffer[]): UpstreamHeaders {
+  const headers: UpstreamHeaders = {};
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1').toLowerCase();
+    const value = raw[i + 1]!.toString('latin1');
+    // Own properties only: a header named like an Object.prototype member must not read as one, nor set a prototype.
+    const before = Object.hasOwn(headers, name) ? headers[name] : undefined;
+    if (before !== undefined && typeof before !== 'string') before.push(value);
+    else if (before !== undefined) headers[name] = [before, value];
+    else if (name === '__proto__') Object.defineProperty(headers, name, { value, enumerable: true, configurable: true, writable: true });
+    else headers[name] = value;
+  }
+  return headers;
+}
+const aborted = (signal: AnyStopSignal): Error => {
+  const reason: unknown = signal.reason;
+  return reason instanceof Error ? reason : new Error('the upstream call was aborted');
+};
+
+/**
+ * Sends `options` through `dispatcher` (a pool): resolves with the response once its headers arrive, rejects if none
+ * does (an error, or `signal` aborting first, with the signal's reason). Once the headers have come, an abort breaks
+ * off the body instead: its reader is rejected.
+ */
+export function dispatch(
+  dispatcher: Dispatcher,
+  options: Dispatcher.DispatchOptions,
+  signal: AnyStopSignal | undefined,
+): Promise<UpstreamResponse> {
+  if (signal?.aborted) return Promise.reject(aborted(signal));
+  return new Promise<UpstreamResponse>((resolve, reject) => {
+    let response: UpstreamResponse | null = null;
+    let abortRequest: ((reason: Error) => void) | null = null;
+    /** An abort asked for before undici could take it (before the connection): applied when it can. */
+    let pendingAbort: Error | null = null;
+    let done = false;
+    const abort = (reason: Error) => {
+      if (abortRequest) abortRequest(reason);
+      else pendingAbort ??= reason;
+    };
+    const onSignal = () => abort(aborted(signal!));
+    const finish = () => {
+      done = true;
+      if (!signal) return;
+      if (signal instanceof EventTarget) signal.removeEventListener('abort', onSignal);
+      else signal.removeListener('abort', onSignal);
+    };
+    if (signal instanceof EventTarget) signal.addEventListener('abort', onSignal, { once: true });
+    else signal?.once('abort', onSignal);
+    let resume: () => void = () => {};
+    // undici's own handler interface (the one its request() uses): no adapter between it and the connection.
+    const handler: Dispatcher.DispatchHandler = {
+      onConnect(undiciAbort) {
+        abortRequest = (reason) => undiciAbort(reason);
+        if (pendingAbort) undiciAbort(pendingAbort);
+      },
+      onHeaders(statusCode, rawHeaders, resumeUpstream) {
+        // Informational answers (100 Continue) are not the response.
+        if (statusCode < 200) return true;
+        resume = resumeUpstream;
+        response = new UpstreamResponse(statusCode, headersOf(rawHeaders), abort);
+        resolve(response);
+        return true;
+      },
+      onData(chunk) {
+        return response ? response.piece(chunk, resume) : true;
+      },
+      onComplete() {
+        finish();
+        response?.end();
+      },
+      onError(err) {
+        if (done) return;
+        finish();
+        if (response) response.error(err);
+        else reject(err);
+      },
+    };
+    dispatcher.dispatch(options, handler);
+  });
+}

@@ -1,0 +1,135 @@
+// How an upstream's answer is read (daemon/engines/upstream/response.ts): through undici's dispatch, each piece of the
+// body handed straight to its one reader. Against a real HTTP server on loopback: whole bodies, a reader that comes
+// after a megabyte has arrived, aborts before and during the answer, a reader that throws, bodies thrown away with
+// the connection kept, and the headers' shape.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import t from 'tap';
+import { Pool } from 'undici';
+import { StopSignal } from '../daemon/engines/stop.js';
+import { dispatch } from '../daemon/engines/upstream/response.js';
+
+const closed: string[] = [];
+const server = http.createServer((req, res) => {
+  req.on('close', () => closed.push(req.url ?? ''));
+  if (req.url === '/small') {
+    res.setHeader('x-twice', ['one', 'two']);
+    res.setHeader('__proto__', 'not a prototype');
+    res.setHeader('Content-Type', 'application/json');
+    res.end('{"ok":true}');
+  } else if (req.url === '/big') {
+    // 3 MB in 64 KB pieces, each byte its offset mod 251, so a lost, doubled or reordered piece shows.
+    let sent = 0;
+    const piece = () => {
+      while (sent < 3 * 1024 * 1024) {
+        const chunk = Buffer.alloc(64 * 1024);
+        for (let i = 0; i < chunk.length; i++) chunk[i] = (sent + i) % 251;
+        sent += chunk.length;
+        if (!res.write(chunk)) return void res.once('drain', piece);
+      }
+      res.end();
+    };
+    piece();
+  } else if (req.url === '/slow-headers') {
+    setTimeout(() => res.end('late'), 2000);
+  } else if (req.url === '/half') {
+    res.write('first part ');
+    // The rest never comes: the reader must be told when the call is aborted.
+  } else {
+    res.statusCode = 404;
+    res.end('no');
+  }
+});
+await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+const pool = new Pool(origin, { connections: 1 });
+t.teardown(async () => {
+  await pool.close();
+  server.closeAllConnections();
+  server.close();
+});
+
+const get = (path: string, signal?: StopSignal | AbortSignal) => dispatch(pool, { method: 'GET', path }, signal);
+const text = async (path: string) => {
+  const response = await get(path);
+  const pieces: Buffer[] = [];
+  await response.each((p) => pieces.push(p));
+  return { response, body: Buffer.concat(pieces).toString() };
+};
+
+t.test('a whole answer, its status and headers (lower-case names, repeated ones in order, no prototype keys)', async (t) => {
+  const { response, body } = await text('/small');
+  t.equal(response.statusCode, 200);
+  t.equal(body, '{"ok":true}');
+  t.equal(response.headers['content-type'], 'application/json');
+  t.same(response.headers['x-twice'], ['one', 'two']);
+  t.equal(Object.hasOwn(response.headers, '__proto__'), true, 'a header named __proto__ is an own property');
+  t.equal(Object.getPrototypeOf(response.headers), Object.prototype, 'and not the prototype');
+  const missing = await text('/nothing');
+  t.equal(missing.response.statusCode, 404);
+  t.equal(missing.body, 'no');
+});
+
+t.test('a reader that comes after a megabyte has arrived gets every byte, in order', async (t) => {
+  const response = await get('/big');
+  await new Promise((r) => setTimeout(r, 300));
+  let at = 0;
+  let wrong = -1;
+  await response.each((piece) => {
+    for (let i = 0; i < piece.length; i++, at++) if (piece[i] !== at % 251 && wrong < 0) wrong = at;
+  });
+  t.equal(at, 3 * 1024 * 1024, 'all 3 MB');
+  t.equal(wrong, -1, 'each byte where it was sent');
+});
+
+t.test('an abort before the answer rejects with the signal’s reason and closes the connection', async (t) => {
+  const stop = new StopSignal();
+  const reason = new Error('the client went away');
+  setTimeout(() => stop.abort(reason), 100);
+  const started = Date.now();
+  const err = await get('/slow-headers', stop).catch((e: unknown) => e);
+  t.equal(err, reason);
+  t.ok(Date.now() - started < 1000, 'at once, not when the server answers');
+  await new Promise((r) => setTimeout(r, 100));
+  t.ok(closed.includes('/slow-headers'), 'the server saw the connection close');
+  const timeout = await get('/slow-headers', AbortSignal.timeout(50)).catch((e: unknown) => e);
+  t.equal((timeout as Error).name, 'TimeoutError', 'an AbortSignal’s reason too');
+  const already = new StopSignal();
+  already.abort(reason);
+  t.equal(await get('/small', already).catch((e: unknown) => e), reason, 'an abort that came first sends nothing');
+});
+
+t.test('an abort during the answer rejects its reader', async (t) => {
+  const stop = new StopSignal();
+  const response = await get('/half', stop);
+  const seen: string[] = [];
+  const reading = response.each((p) => seen.push(p.toString()));
+  setTimeout(() => stop.abort(new Error('stopped')), 100);
+  const err = await reading.catch((e: unknown) => e);
+  t.match(err, { message: 'stopped' });
+  t.same(seen, ['first part '], 'what came before the abort was handed on');
+});
+
+t.test('a reader that throws stops the reading: the call is aborted and the throw rejects', async (t) => {
+  const response = await get('/big');
+  let pieces = 0;
+  const err = await response
+    .each(() => {
+      if (++pieces === 2) throw new Error('too much');
+    })
+    .catch((e: unknown) => e);
+  t.match(err, { message: 'too much' });
+  t.equal(pieces, 2, 'no piece after the throw');
+  t.equal((await text('/small')).body, '{"ok":true}', 'the pool still answers');
+});
+
+t.test('a body thrown away leaves the connection usable; a body is read once', async (t) => {
+  const response = await get('/small');
+  await response.dump();
+  const again = await response.each(() => {}).catch((e: unknown) => e);
+  t.match(again, { message: /already read/ });
+  let connections = 0;
+  pool.on('connect', () => connections++);
+  for (let i = 0; i < 3; i++) await (await get('/small')).dump();
+  t.equal(connections, 0, 'the same connection each time');
+});
