@@ -93,12 +93,14 @@ function declarationOf(request: FastifyRequest): RouteDeclaration | undefined {
 
 /** Stage 1, on every response including 404s and errors: outside /v1 as well. */
 export function identifyStage(deps: PipelineDeps): Stage {
+  const fixed = Object.entries(deps.fixedHeaders);
   return {
     name: 'identify',
     hook: 'onRequest',
     run(request, reply) {
       request.call = newCallContext();
-      reply.headers(deps.fixedHeaders).header('x-request-id', request.id);
+      for (const [name, value] of fixed) reply.header(name, value);
+      reply.header('x-request-id', request.id);
       if (deps.state.draining) {
         reply.header('connection', 'close');
         throw new ApiError('server_overloaded', 'The daemon is shutting down. Retry in a few seconds.', {
