@@ -11,19 +11,30 @@
 // Each is measured buffered and streamed, at fixed rates (open loop, see load.ts) and at saturation (autocannon).
 // Everything runs in a private network namespace with loopback only (unshare --net), so no process here can reach
 // anything but the others.
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
-import { tmpdir } from 'node:os';
+import { execFileSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { paced, saturate, type LoadResult, type Target } from './load.js';
 import { pipelineProfileReport, profileClock, type ProfileWindow } from './profile.js';
-
-const ROOT = resolve(import.meta.dirname, '..', '..');
-const LOADER = join(ROOT, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
-const BIN = join(ROOT, 'bin', 'sovereign');
+import {
+  bareProxyArgs,
+  benchModelReady,
+  BIN,
+  certificate,
+  chatBody,
+  enterPrivateNetwork,
+  freePort,
+  HEAP_FLAGS,
+  ROOT,
+  sovereignSetup,
+  spawnServer,
+  startEchoUpstream,
+  measuringDone,
+  waitFor as waitUntilReady,
+  workDir,
+} from './servers.js';
 
 const { values } = parseArgs({
   options: {
@@ -40,21 +51,8 @@ const { values } = parseArgs({
   },
 });
 
-// Re-run inside a network namespace of our own unless already there (or told not to).
-if (!values['host-network'] && process.env.SOVEREIGN_BENCH_NETNS !== '1') {
-  if (spawnSync('unshare', ['--net', 'true']).status !== 0) {
-    process.stderr.write(
-      'bench:gateway runs in a private network namespace (unshare --net), which needs root. Run it as root, or pass --host-network to run on the host (loopback only).\n',
-    );
-    process.exit(2);
-  }
-  const child = spawnSync(
-    'unshare',
-    ['--net', '--', 'sh', '-c', 'ip link set lo up && exec "$@"', 'sh', process.execPath, ...process.execArgv, ...process.argv.slice(1)],
-    { stdio: 'inherit', env: { ...process.env, SOVEREIGN_BENCH_NETNS: '1' } },
-  );
-  process.exit(child.status ?? 1);
-}
+// Everything runs inside a network namespace of our own (unless told not to).
+enterPrivateNetwork(values['host-network'], 'bench:gateway');
 
 const rates = values.rates.split(',').map(Number);
 const seconds = Number(values.seconds);
@@ -65,140 +63,19 @@ const connections = Number(values.connections);
 const targetNames = values.targets.split(',');
 const modes = values.modes.split(',') as Array<'buffered' | 'streamed'>;
 
-const PROMPT =
-  'مرحباً، أرجو تحويل مبلغ ٥٠٠٠ ريال من حسابي SA03 8000 0000 6080 1016 7519 إلى حساب أخي بتاريخ ١٥/٠٣/٢٠٢٦، ' +
-  'ورقم هويتي الوطنية 1000000008. Please also confirm that my card 4111 1111 1111 1111 was blocked after the ' +
-  'transaction on 2026-03-14 (order #123456789), and call me back on +966 50 123 4567 before 5 pm. شكراً جزيلاً.';
-const SYSTEM = 'You are the bank’s assistant. Answer briefly, in the language of the question. أجب باختصار.';
-
-const work = mkdtempSync(join(tmpdir(), 'sov-bench-gateway-'));
+const work = workDir('sov-bench-gateway-');
 // --journal-dir DIR: the daemon's audit journal in a new directory under DIR (another device: audit.journalDir).
 const journalDir = values['journal-dir'] ? mkdtempSync(join(resolve(values['journal-dir']), 'sov-bench-journal-')) : null;
-const children: ChildProcess[] = [];
-const cleanup = () => {
-  for (const child of children) if (child.exitCode === null) child.kill('SIGTERM');
-};
-process.on('exit', () => {
-  cleanup();
-  rmSync(work, { recursive: true, force: true });
-  if (journalDir) rmSync(journalDir, { recursive: true, force: true });
-});
-process.on('SIGINT', () => process.exit(130));
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as net.AddressInfo).port;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/** Starts a server process; it is stopped when the bench exits. */
-function spawnServer(name: string, command: string, args: string[], env: NodeJS.ProcessEnv = {}): ChildProcess {
-  const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
-  children.push(child);
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-  child.once('exit', (code, signal) => {
-    if (!stopping) {
-      process.stderr.write(`${name} exited (${code ?? signal}) during the bench:\n${stderr}\n`);
-      process.exit(1);
-    }
-  });
-  return child;
-}
-
-let stopping = false;
-
-/** GETs `url` until it answers 200 and `ready` accepts the JSON body, within 30 s. */
-async function waitFor(
-  url: string,
-  headers: Record<string, string> = {},
-  ready: (body: unknown) => boolean = () => true,
-): Promise<unknown> {
-  const until = Date.now() + 30_000;
-  let last = '';
-  for (;;) {
-    try {
-      const res = await request(url, { headers, dispatcher: agent });
-      const text = await res.body.text();
-      if (res.statusCode === 200) {
-        const body: unknown = text.startsWith('{') ? JSON.parse(text) : text;
-        if (ready(body)) return body;
-      }
-      last = `status ${res.statusCode}: ${text.slice(0, 200)}`;
-    } catch (err) {
-      last = (err as Error).message;
-    }
-    if (Date.now() > until) throw new Error(`${url} was not ready within 30 s (${last})`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-function chatBody(model: string, stream: boolean): string {
-  return JSON.stringify({
-    model,
-    messages: [
-      { role: 'system', content: SYSTEM },
-      { role: 'user', content: PROMPT },
-    ],
-    max_tokens: 256,
-    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
-  });
-}
+if (journalDir) process.on('exit', () => rmSync(journalDir, { recursive: true, force: true }));
 
 // --- the three servers ---
 process.stdout.write(
   `bench:gateway: ${rates.join(', ')} requests/s and saturation in ${rounds} round${rounds > 1 ? 's' : ''} (${connections} connections), ${seconds} s each\n`,
 );
-const [echoPort, sovereignPort, portkeyPort, barePort] = [await freePort(), await freePort(), await freePort(), await freePort()];
-const echoUpstream = spawnServer(
-  'the echo upstream',
-  process.execPath,
-  ['--import', LOADER, join(import.meta.dirname, 'echo-upstream.ts'), String(echoPort)],
-  {
-    TS_NODE_TRANSPILE_ONLY: '1',
-  },
-);
-const upstreamBase = `http://127.0.0.1:${echoPort}/v1`;
-
-const certFile = join(work, 'cert.pem');
-const keyFile = join(work, 'key.pem');
-execFileSync(
-  'openssl',
-  ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '2', '-subj', '/CN=127.0.0.1'].concat([
-    '-addext',
-    'subjectAltName=IP:127.0.0.1',
-    '-keyout',
-    keyFile,
-    '-out',
-    certFile,
-  ]),
-  { stdio: 'ignore' },
-);
-const ca = readFileSync(certFile, 'utf8');
-const configFile = join(work, 'config.json');
-writeFileSync(
-  configFile,
-  JSON.stringify({
-    posture: 'cloud',
-    region: 'bench-1',
-    listen: { host: '127.0.0.1', port: sovereignPort },
-    tls: { cert: certFile, key: keyFile },
-    dataDir: join(work, 'data'),
-    limits: { maxInFlight: 4096 },
-    audit: { signer: 'software', checkpointMs: 1000, ...(journalDir ? { journalDir } : {}) },
-    log: { level: 'warn' },
-    upstreams: [{ name: 'echo', baseUrl: upstreamBase, models: [{ id: 'bench-chat', upstreamModel: 'echo', capability: 'chat' }] }],
-  }),
-);
-const cli = (args: string[]) => execFileSync(BIN, [...args, '--config', configFile, '--json'], { encoding: 'utf8' });
-cli(['projects', 'create', 'bench']);
-// Limits with a high ceiling: checked and counted on every call, never reached.
-const key = JSON.parse(cli(['keys', 'create', '--project', 'bench', '--rpm', '100000000', '--tpm', '100000000000'])) as { secret: string };
+const [sovereignPort, portkeyPort, barePort] = [await freePort(), await freePort(), await freePort()];
+const { child: echoUpstream, base: upstreamBase } = await startEchoUpstream();
+const { certFile, keyFile, ca } = certificate(work);
+const { configFile, secret } = sovereignSetup({ dir: work, port: sovereignPort, upstreamBase, certFile, keyFile, journalDir });
 // --profile DIR: the daemon and the bare proxy each write a V8 CPU profile when they stop (the whole run, warm-ups
 // included), in DIR/sovereign and DIR/bare, so the two can be compared function by function: what the daemon spends
 // and the bare proxy does not is the pipeline. Node refuses --cpu-prof in NODE_OPTIONS, so the daemon is then started
@@ -207,8 +84,7 @@ const profileDir = values.profile ? resolve(values.profile) : null;
 const profileFlags = (name: string) => (profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, name)}`] : []);
 const sovereign = profileDir
   ? spawnServer('sovereign', process.execPath, [
-      '--max-semi-space-size=32',
-      '--initial-old-space-size=256',
+      ...HEAP_FLAGS,
       ...profileFlags('sovereign'),
       join(ROOT, 'dist', 'cli', 'main.js'),
       'serve',
@@ -231,31 +107,21 @@ const portkeyBase = `http://127.0.0.1:${portkeyPort}/v1`;
 const bare = spawnServer(
   'the bare proxy',
   process.execPath,
-  [
-    '--import',
-    LOADER,
-    // The daemon's heap settings (bin/sovereign), so the two stacks differ only by the pipeline.
-    '--max-semi-space-size=32',
-    '--initial-old-space-size=256',
-    ...profileFlags('bare'),
-    join(import.meta.dirname, 'bare-proxy.ts'),
-    String(barePort),
-    upstreamBase,
-    certFile,
-    keyFile,
-  ],
-  { TS_NODE_TRANSPILE_ONLY: '1' },
+  bareProxyArgs(barePort, upstreamBase, certFile, keyFile, profileFlags('bare')),
+  {
+    TS_NODE_TRANSPILE_ONLY: '1',
+  },
 );
 const bareBase = `https://127.0.0.1:${barePort}/v1`;
 
 const agent = new Agent({ connect: { ca } });
+const waitFor = (url: string, headers: Record<string, string> = {}, ready?: (body: unknown) => boolean) =>
+  waitUntilReady(url, agent, headers, ready);
 await waitFor(`${upstreamBase}/models`);
 await waitFor(`http://127.0.0.1:${portkeyPort}/`);
 await waitFor(`https://127.0.0.1:${barePort}/health`);
-const auth = { authorization: `Bearer ${key.secret}` };
-const health = (await waitFor(`${sovereignBase}/health`, auth, (body) =>
-  (body as { models: Array<{ id: string; readiness: string }> }).models.some((m) => m.id === 'bench-chat' && m.readiness === 'ready'),
-)) as { audit: { entries: number } };
+const auth = { authorization: `Bearer ${secret}` };
+const health = (await waitFor(`${sovereignBase}/health`, auth, benchModelReady)) as { audit: { entries: number } };
 const entriesBefore = health.audit.entries;
 
 const TARGETS: Record<string, (stream: boolean) => Target> = {
@@ -470,7 +336,7 @@ if (targetNames.includes('sovereign')) {
 if (unanswered.length)
   process.stdout.write(`\nnot measured (the target failed a single call):\n${unanswered.map((u) => `  ${u}`).join('\n')}\n`);
 process.stdout.write(`\ngoals:\n${goals.map((g) => `  ${g}`).join('\n')}\n`);
-stopping = true;
+measuringDone();
 await agent.close();
 if (profileDir) {
   // A profile is written as its process exits, so let each stop on its own first.
