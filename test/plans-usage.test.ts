@@ -7,6 +7,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
+import { openStore } from '../daemon/store/index.js';
+import { UsageMeter } from '../daemon/usage/index.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { selfSignedCert } from './helpers/tls.js';
@@ -184,4 +186,40 @@ t.test('usage is metered per key, endpoint and day, and exported for billing', a
   const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
   const none = cli(['usage', 'export', '--from', yesterday, '--to', yesterday, '--format', 'jsonl', ...withConfig]);
   t.equal(none.stdout.trim(), '', 'no rows for a day without calls');
+});
+
+t.test('counts made on both sides of a flush all reach the store, and those of another minute, key or endpoint apart', async (t) => {
+  const store = openStore(tempDir(t));
+  t.teardown(() => store.close());
+  const meter = new UsageMeter(store);
+  const at = Date.UTC(2026, 10, 25, 10, 0, 30);
+  meter.record('key_a', '/v1/chat/completions', 200, at);
+  meter.record('key_a', '/v1/chat/completions', 500, at);
+  meter.recordTokens('key_a', '/v1/chat/completions', 10, 5, at);
+  await meter.flush();
+  meter.record('key_a', '/v1/chat/completions', 200, at + 1000);
+  meter.recordTokens('key_a', '/v1/chat/completions', 1, 2, at + 1000);
+  meter.record('key_a', '/v1/chat/completions', 429, at + 60_000);
+  meter.record('key_b', '/v1/chat/completions', 200, at + 60_000);
+  meter.record('key_b', '/v1/embeddings', 200, at + 60_000);
+  await meter.flush();
+  const rows = meter.billing('2026-11-25', '2026-11-25').map(({ key, route, calls, errors, limited, promptTokens, completionTokens }) => ({
+    key,
+    route,
+    calls,
+    errors,
+    limited,
+    promptTokens,
+    completionTokens,
+  }));
+  t.same(rows, [
+    { key: 'key_a', route: '/v1/chat/completions', calls: 4, errors: 1, limited: 1, promptTokens: 11, completionTokens: 7 },
+    { key: 'key_b', route: '/v1/chat/completions', calls: 1, errors: 0, limited: 0, promptTokens: 0, completionTokens: 0 },
+    { key: 'key_b', route: '/v1/embeddings', calls: 1, errors: 0, limited: 0, promptTokens: 0, completionTokens: 0 },
+  ]);
+  const minutes = meter.series(new Set(['key_a']), at - 60_000).map((p) => [p.minute, p.calls]);
+  t.same(minutes, [
+    ['2026-11-25T10:00:00.000Z', 3],
+    ['2026-11-25T10:01:00.000Z', 1],
+  ]);
 });

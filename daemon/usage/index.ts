@@ -72,11 +72,25 @@ export class UsageMeter {
     this.timer.unref();
   }
 
-  /** Counts one call that has been answered. */
-  record(key: string, route: string, status: number, now = Date.now()): void {
-    const id = bucketKey(Math.floor(now / MINUTE), key, route);
+  /**
+   * The pending counts of a key's endpoint in a minute. The last bucket used is remembered (while the same pending map
+   * stands): calls come in runs of the same key, endpoint and minute, and need not make its name and look it up.
+   */
+  private countsOf(minute: number, key: string, route: string): UsageCounts {
+    const last = this.last;
+    if (last && last.pending === this.pending && last.minute === minute && last.key === key && last.route === route) return last.counts;
+    const id = bucketKey(minute, key, route);
     let counts = this.pending.get(id);
     if (!counts) this.pending.set(id, (counts = { calls: 0, errors: 0, limited: 0 }));
+    this.last = { pending: this.pending, minute, key, route, counts };
+    return counts;
+  }
+
+  private last: { pending: Map<string, UsageCounts>; minute: number; key: string; route: string; counts: UsageCounts } | null = null;
+
+  /** Counts one call that has been answered. */
+  record(key: string, route: string, status: number, now = Date.now()): void {
+    const counts = this.countsOf(Math.floor(now / MINUTE), key, route);
     counts.calls++;
     if (status === 429) counts.limited++;
     else if (status >= 400) counts.errors++;
@@ -85,9 +99,7 @@ export class UsageMeter {
 
   /** Counts the tokens a call used, once its engine has stopped. */
   recordTokens(key: string, route: string, prompt: number, completion: number, now = Date.now()): void {
-    const id = bucketKey(Math.floor(now / MINUTE), key, route);
-    let counts = this.pending.get(id);
-    if (!counts) this.pending.set(id, (counts = { calls: 0, errors: 0, limited: 0 }));
+    const counts = this.countsOf(Math.floor(now / MINUTE), key, route);
     counts.promptTokens = (counts.promptTokens ?? 0) + Math.max(0, prompt);
     counts.completionTokens = (counts.completionTokens ?? 0) + Math.max(0, completion);
   }
