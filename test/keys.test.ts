@@ -2,7 +2,10 @@
 import t from 'tap';
 import OpenAI from 'openai';
 import { Client } from 'undici';
+import { authenticate } from '../daemon/auth/index.js';
+import { KeyRegistry } from '../daemon/keys/index.js';
 import { digestMatches, hashSecret, secretDigest } from '../daemon/keys/secrets.js';
+import { openStore } from '../daemon/store/index.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 
@@ -164,6 +167,28 @@ t.test(
     t.equal(connections, 4, 'on the connection that used it during the grace period');
   },
 );
+
+t.test('a previous secret accepted in the last millisecond of its grace period is not remembered by its connection', async (t) => {
+  // Only a match by the current secret is remembered: a grace period ends at a time, which no key change marks.
+  const store = openStore(tempDir(t));
+  t.teardown(() => store.close());
+  const keys = new KeyRegistry(store);
+  keys.createProject('grace');
+  const { key, secret } = keys.createKey({ project: 'grace' });
+  const rotated = keys.rotateKey(key.id, 60);
+  const until = Date.parse(rotated.key.graceUntil!);
+  const realNow = Date.now;
+  t.teardown(() => (Date.now = realNow));
+  // The call's first look at the clock is a millisecond before the grace period ends, any later one at its end.
+  const reads = [until - 1];
+  Date.now = () => reads.shift() ?? until;
+  const connection = {};
+  t.equal(authenticate(`Bearer ${secret}`, keys, connection).keyId, key.id, 'accepted a millisecond before the end');
+  Date.now = () => until + 3_600_000;
+  t.throws(() => authenticate(`Bearer ${secret}`, keys, connection), { code: 'invalid_api_key' }, 'refused on that connection later');
+  t.throws(() => authenticate(`Bearer ${secret}`, keys, {}), { code: 'invalid_api_key' }, 'as on a new one');
+  t.equal(authenticate(`Bearer ${rotated.secret}`, keys, connection).keyId, key.id, 'the new secret works');
+});
 
 t.test('bad keys are 401 invalid_api_key, never anything else', async (t) => {
   const daemon = await startDaemon(t, d);

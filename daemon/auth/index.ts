@@ -45,17 +45,17 @@ export function authenticate(header: string | undefined, registry: KeyRegistry, 
   const version = registry.version();
   const memo = connection ? memos.get(connection) : undefined;
   if (memo !== undefined && memo.version === version && sameSecret(memo.header, header)) return memo.principal;
-  const match = BEARER.exec(header);
-  const record = match ? registry.authenticate(match[1]!) : null;
-  if (!record) {
+  const bearer = BEARER.exec(header);
+  const match = bearer ? registry.authenticate(bearer[1]!) : null;
+  if (!match) {
     throw new ApiError(
       'invalid_api_key',
       'Invalid API key: it is malformed, unknown, revoked or rotated out. Use an active key from the dashboard or ask the operator for one.',
     );
   }
-  const principal = principalOf(record);
-  // During a rotation's grace period the old secret also matches, until a time: such a match is not remembered.
-  const graceOver = record.previous === undefined || record.previous.until <= Date.now();
-  if (connection && graceOver) memos.set(connection, { header, principal, version });
+  const principal = principalOf(match.record);
+  // A key's previous secret is accepted during a rotation's grace period, which ends at a time, not by a change the
+  // version would show: only a match by the current secret is remembered.
+  if (connection && match.current) memos.set(connection, { header, principal, version });
   return principal;
 }

@@ -1,2 +1,2 @@
-export { KeyRegistry, KeysError, type KeyRecord, type KeyView, type ProjectRecord } from './registry.js';
+export { KeyRegistry, KeysError, type KeyMatch, type KeyRecord, type KeyView, type ProjectRecord } from './registry.js';
 export { sameSecret } from './secrets.js';

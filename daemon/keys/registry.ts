@@ -75,6 +75,12 @@ interface CachedKey {
 
 const VERSION = 'keys';
 
+/** A presented secret's key, and whether the secret is the key's current one (else its previous one, in its grace). */
+export interface KeyMatch {
+  record: KeyRecord;
+  current: boolean;
+}
+
 export class KeyRegistry {
   private readonly projects: Database<ProjectRecord | string, string>;
   private readonly keys: Database<KeyRecord, string>;
@@ -244,10 +250,11 @@ export class KeyRegistry {
   }
 
   /**
-   * The active key a presented secret belongs to, or null. A change made by any process applies to the next call:
-   * the version counter is read each time, and a moved counter drops every cached record.
+   * The active key a presented secret belongs to, and whether it is the key's current secret (not its previous one,
+   * still accepted during a rotation's grace period); null if none. A change made by any process applies to the next
+   * call: the version counter is read each time, and a moved counter drops every cached record.
    */
-  authenticate(secret: string, now = Date.now()): KeyRecord | null {
+  authenticate(secret: string, now = Date.now()): KeyMatch | null {
     const id = keyIdOf(secret);
     const presented = secretDigest(secret);
     const key = id ? this.cached(id, this.version()) : undefined;
@@ -256,8 +263,8 @@ export class KeyRegistry {
     const previous = digestMatches(presented, key?.previous);
     const record = key?.record;
     if (!record || record.revokedAt) return null;
-    if (current) return record;
-    if (previous && record.previous && record.previous.until > now) return record;
+    if (current) return { record, current: true };
+    if (previous && record.previous && record.previous.until > now) return { record, current: false };
     return null;
   }
 
