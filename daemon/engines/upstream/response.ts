@@ -4,14 +4,14 @@
 import type { Dispatcher } from 'undici';
 import type { AnyStopSignal } from '../stop.js';
 
-/** Header names in lower case; a header sent more than once has its values in order. */
-export type UpstreamHeaders = Record<string, string | string[] | undefined>;
-
 /**
  * Bytes held for a reader that has not come yet (pieces that arrived with the headers, before the caller could
  * attach): past this the upstream is paused until it comes.
  */
 const HELD_BEFORE_READER = 1024 * 1024;
+
+/** What dump() reads of a body it throws away before it gives up on the connection instead (as undici's does). */
+const DUMPED_AT_MOST = 128 * 1024;
 
 interface Waiter {
   resolve: () => void;
@@ -31,9 +31,28 @@ export class UpstreamResponse {
 
   constructor(
     readonly statusCode: number,
-    readonly headers: UpstreamHeaders,
+    /** Names and values in turn, as they came. */
+    private readonly rawHeaders: Buffer[],
     private readonly abort: (reason: Error) => void,
   ) {}
+
+  /**
+   * The first value of the header named `name` (in lower case), or undefined. Looked up when asked, in the bytes as
+   * they came: the engines read two or three headers, and turning every one into strings cost more than that.
+   */
+  header(name: string): string | undefined {
+    const raw = this.rawHeaders;
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      const candidate = raw[i]!;
+      if (candidate.length !== name.length) continue;
+      let k = 0;
+      // ASCII letters compared without case: 0x20 is the bit that tells them apart.
+      while (k < candidate.length && (candidate[k]! | (candidate[k]! >= 0x41 && candidate[k]! <= 0x5a ? 0x20 : 0)) === name.charCodeAt(k))
+        k++;
+      if (k === candidate.length) return raw[i + 1]!.toString('latin1');
+    }
+    return undefined;
+  }
 
   /**
    * Hands each piece of the body to `onPiece` as it arrives; resolves at its end, rejects if it breaks off (an error,
@@ -47,7 +66,11 @@ export class UpstreamResponse {
       this.held = [];
       this.heldBytes = 0;
       try {
-        for (const piece of held) onPiece(piece);
+        // An abort or a failure while the held pieces are handed over ends the reading there.
+        for (const piece of held) {
+          if (this.failure) break;
+          onPiece(piece);
+        }
       } catch (err) {
         this.fail(err, reject);
         return;
@@ -62,9 +85,16 @@ export class UpstreamResponse {
     });
   }
 
-  /** Throws the body away: reads it to its end without keeping it (the connection stays usable). */
+  /**
+   * Throws the body away: reads it to its end without keeping it, so the connection stays usable; a body longer than
+   * DUMPED_AT_MOST is cut off instead (the call is aborted, its connection closed), and the promise rejects.
+   */
   dump(): Promise<void> {
-    return this.each(() => {});
+    let bytes = 0;
+    return this.each((piece) => {
+      bytes += piece.length;
+      if (bytes > DUMPED_AT_MOST) throw new Error(`the upstream's answer was thrown away after ${DUMPED_AT_MOST} bytes`);
+    });
   }
 
   /** Stops reading: the request is aborted, and a reader waiting for the end is told so. */
@@ -90,7 +120,9 @@ export class UpstreamResponse {
       try {
         reader(chunk);
       } catch (err) {
-        this.fail(err, this.waiter!.reject);
+        // The reader may have aborted the call before it threw: then it has been told already.
+        const waiter = this.waiter;
+        if (waiter) this.fail(err, waiter.reject);
       }
       return true;
     }
@@ -123,20 +155,6 @@ export class UpstreamResponse {
   }
 }
 
-function headersOf(raw: Buffer[]): UpstreamHeaders {
-  const headers: UpstreamHeaders = {};
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    const name = raw[i]!.toString('latin1').toLowerCase();
-    const value = raw[i + 1]!.toString('latin1');
-    // Own properties only: a header named like an Object.prototype member must not read as one, nor set a prototype.
-    const before = Object.hasOwn(headers, name) ? headers[name] : undefined;
-    if (before !== undefined && typeof before !== 'string') before.push(value);
-    else if (before !== undefined) headers[name] = [before, value];
-    else if (name === '__proto__') Object.defineProperty(headers, name, { value, enumerable: true, configurable: true, writable: true });
-    else headers[name] = value;
-  }
-  return headers;
-}
 const aborted = (signal: AnyStopSignal): Error => {
   const reason: unknown = signal.reason;
   return reason instanceof Error ? reason : new Error('the upstream call was aborted');
@@ -183,7 +201,7 @@ export function dispatch(
         // Informational answers (100 Continue) are not the response.
         if (statusCode < 200) return true;
         resume = resumeUpstream;
-        response = new UpstreamResponse(statusCode, headersOf(rawHeaders), abort);
+        response = new UpstreamResponse(statusCode, rawHeaders, abort);
         resolve(response);
         return true;
       },
