@@ -4,7 +4,7 @@ import type { UpstreamResponse } from './response.js';
 
 /** A response body, at most `maxBytes` of it. */
 export async function readBody(response: UpstreamResponse, maxBytes: number): Promise<Buffer> {
-  const declared = Number(response.headers['content-length']);
+  const declared = Number(response.header('content-length'));
   if (Number.isFinite(declared) && declared > maxBytes) {
     response.destroy();
     throw new Error(`the upstream's answer is ${declared} bytes, more than the ${maxBytes} accepted`);

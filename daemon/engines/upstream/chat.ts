@@ -141,7 +141,7 @@ export class UpstreamChatEngine implements ChatEngine {
           async (response) => {
             taken = true;
             options.onStart?.();
-            const type = String(response.headers['content-type'] ?? '');
+            const type = response.header('content-type') ?? '';
             if (type.startsWith('text/event-stream')) return this.readStream(response, call, request, options, (n) => (pieces = n));
             const whole = this.fromCompletion(await readJson<Completion>(response, 16 * 1024 * 1024), request);
             // An upstream that answered a stream request in one piece: its text is still handed on as it is.

@@ -45,8 +45,7 @@ const NOT_TAKEN = new Set([502, 503, 504]);
 const LONGEST_WAIT_MS = 2000;
 
 function retryAfterMs(response: UpstreamResponse): number {
-  const value = response.headers['retry-after'];
-  const seconds = Number(Array.isArray(value) ? value[0] : value);
+  const seconds = Number(response.header('retry-after'));
   return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 0;
 }
 

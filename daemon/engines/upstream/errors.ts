@@ -18,8 +18,7 @@ export interface FailedCall {
 }
 
 function retryAfterOf(response: UpstreamResponse): string {
-  const value = response.headers['retry-after'];
-  const seconds = Number(Array.isArray(value) ? value[0] : value);
+  const seconds = Number(response.header('retry-after'));
   return Number.isFinite(seconds) && seconds >= 1 && seconds <= 3600 ? String(Math.ceil(seconds)) : '2';
 }
 
