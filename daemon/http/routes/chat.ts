@@ -240,7 +240,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
   );
 }
 
-/** A stream's sent events are hashed once this many characters are waiting (and at the end). */
+/** A stream's sent events are hashed once this many bytes are waiting (and at the end). */
 const HASH_EVERY = 16 * 1024;
 
 interface StreamArgs {
@@ -267,13 +267,17 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   // The events are pushed into a plain Readable that fastify pipes to the response: a PassThrough's writable side and
   // transform step cost a call more per write and did nothing here.
   const out = new Readable({ read() {} });
-  // What was sent, for the audit entry's response digest. Events are hashed 16 K characters at a time and at the end,
-  // not each turn's: one native call per turn cost more than the hashing itself, and the held text stays small.
+  // What was sent, for the audit entry's response digest: the bytes each batch went out as (a string handed to the
+  // hash is encoded to UTF-8 a second time), 16 KB at a time and at the end (one native call per turn cost more than
+  // the hashing itself). Once the digest is taken, what follows (the leaf's comment, [DONE]) is not in it.
   const sent = createHash('sha256');
-  let unhashed = '';
-  const hashWritten = () => {
-    if (unhashed) sent.update(unhashed);
-    unhashed = '';
+  let unhashed: Buffer[] = [];
+  let unhashedBytes = 0;
+  let digested = false;
+  const hashSent = () => {
+    if (unhashed.length) sent.update(unhashed.length === 1 ? unhashed[0]! : Buffer.concat(unhashed, unhashedBytes));
+    unhashed = [];
+    unhashedBytes = 0;
   };
   // Events made in the same turn (an upstream's pieces often arrive together) leave in one socket write, so one TLS
   // record and one syscall carry them, not one each; nothing waits beyond the current turn. Once the engine is done,
@@ -283,9 +287,15 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   let holding = false;
   let held = '';
   const flush = () => {
-    if (unhashed.length >= HASH_EVERY) hashWritten();
-    if (batch) out.push(batch);
+    if (!batch) return;
+    const bytes = Buffer.from(batch);
     batch = '';
+    if (!digested) {
+      unhashed.push(bytes);
+      unhashedBytes += bytes.length;
+      if (unhashedBytes >= HASH_EVERY) hashSent();
+    }
+    out.push(bytes);
   };
   // The first events (the role chunk, made when the engine starts) wait for the end of the event loop's turn, not
   // just the current task: an upstream's first pieces usually arrive with its headers, and then leave with them.
@@ -297,9 +307,12 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       batch += text;
     }
   };
+  /**
+   * An event of the answer: in the digest (send() alone is for what follows it). Once the digest is taken the answer is
+   * over, and an event an engine would still make is not sent: the client must get nothing the audit entry lacks.
+   */
   const write = (event: string) => {
-    unhashed += event;
-    send(event);
+    if (!digested) send(event);
   };
   // Every chunk's JSON starts the same way; only its choices differ.
   const chunkStart = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(modelId)},"choices":`;
@@ -308,7 +321,10 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   // ended in an error event is recorded with that error's status (the HTTP status line said 200).
   const finish = async (status = 200) => {
     holding = true;
-    hashWritten();
+    // Events not yet out (the batch of this turn, the held last ones) are hashed as text: the same bytes they leave as.
+    hashSent();
+    if (batch || held) sent.update(batch + held);
+    digested = true;
     try {
       const leaf = await record(sent.digest('hex'), status);
       if (leaf !== null) send(`: x-audit-leaf ${leaf}\n\n`);
