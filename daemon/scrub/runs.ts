@@ -115,7 +115,11 @@ export function digitRunsJs(text: string): DigitScan {
   let i = 0;
   for (;;) {
     while (i < length && MAY_BEGIN_RUN[text.charCodeAt(i)] === 0) i++;
-    if (i >= length) return scan;
+    if (i >= length) {
+      // A very long run grew the scratch space; it is not kept for the rest of the process's life.
+      if (runDigits.length > LARGEST_KEPT) shrinkScratch();
+      return scan;
+    }
     // A run may begin at i: read it to its end (a high surrogate that begins no digit is passed over).
     let start = -1;
     let end = 0;
@@ -251,6 +255,19 @@ function grown<T extends Int32Array | Int8Array | Uint8Array>(a: T): T {
   const b = new (a.constructor as new (length: number) => T)(a.length * 2);
   b.set(a);
   return b;
+}
+
+/** Scratch space beyond this (digits, or groups) is given back after the scan that needed it. */
+const LARGEST_KEPT = 4096;
+
+function shrinkScratch(): void {
+  runDigits = new Uint8Array(256);
+  if (groupFrom.length > LARGEST_KEPT) {
+    groupFrom = new Int32Array(64);
+    groupFirst = new Int8Array(64);
+    groupStart = new Int32Array(64);
+    groupEnd = new Int32Array(64);
+  }
 }
 
 function growGroups(): void {
