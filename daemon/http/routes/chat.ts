@@ -319,11 +319,19 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   const chunk = (choices: unknown[]) => write(`${chunkStart}${JSON.stringify(choices)}}\n\n`);
   // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
   // ended in an error event is recorded with that error's status (the HTTP status line said 200).
+  /** The events made once the engine was done (`held`), encoded once: hashed when the answer ends, sent last. */
+  let last: Buffer | null = null;
   const finish = async (status = 200) => {
     holding = true;
-    // Events not yet out (the batch of this turn, the held last ones) are hashed as text: the same bytes they leave as.
+    // This turn's events leave now, as their scheduled flush would have sent them (it will find nothing left).
+    flush();
+    if (held) {
+      last = Buffer.from(held);
+      held = '';
+      unhashed.push(last);
+      unhashedBytes += last.length;
+    }
     hashSent();
-    if (batch || held) sent.update(batch + held);
     digested = true;
     try {
       const leaf = await record(sent.digest('hex'), status);
@@ -343,8 +351,10 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
     batch += held;
     held = '';
     const socket = res.socket;
-    const fits = socket !== null && socket.writableLength + 3 * batch.length + 64 < socket.writableHighWaterMark;
+    const bytes = (last?.length ?? 0) + 3 * batch.length + 64;
+    const fits = socket !== null && socket.writableLength + bytes < socket.writableHighWaterMark;
     if (fits && res.headersSent && !res.writableEnded && !res.writableNeedDrain && out.readableLength === 0) res.cork();
+    if (last) out.push(last);
     flush();
     out.push(null);
   };
