@@ -219,6 +219,12 @@ export function dispatch(
         else reject(err);
       },
     };
-    dispatcher.dispatch(options, handler);
+    try {
+      dispatcher.dispatch(options, handler);
+    } catch (err) {
+      // undici reports a refused call through onError; were it ever to throw instead, the listener would go too.
+      finish();
+      throw err;
+    }
   });
 }

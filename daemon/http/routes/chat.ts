@@ -317,10 +317,10 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   // Every chunk's JSON starts the same way; only its choices differ.
   const chunkStart = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(modelId)},"choices":`;
   const chunk = (choices: unknown[]) => write(`${chunkStart}${JSON.stringify(choices)}}\n\n`);
-  // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
-  // ended in an error event is recorded with that error's status (the HTTP status line said 200).
   /** The events made once the engine was done (`held`), encoded once: hashed when the answer ends, sent last. */
   let last: Buffer | null = null;
+  // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
+  // ended in an error event is recorded with that error's status (the HTTP status line said 200).
   const finish = async (status = 200) => {
     holding = true;
     // This turn's events leave now, as their scheduled flush would have sent them (it will find nothing left).
