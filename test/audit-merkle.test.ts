@@ -177,6 +177,38 @@ function failingOnce(store: Store): { failing: Store; failNextPut: () => void } 
   return { failing, failNextPut: () => (failNext = true) };
 }
 
+t.test("an entry handed to lmdb owns its memory: not a slice of Node's shared 8 KB pool, which it would keep alive", async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  const handed: Buffer[] = [];
+  const recording: Store = {
+    ...store,
+    bytes(name) {
+      const db = store.bytes(name);
+      if (name !== 'audit-entries') return db;
+      return new Proxy(db, {
+        get(target, prop, receiver) {
+          if (prop === 'put') return (key: number, value: Buffer) => (handed.push(value), target.put(key, value));
+          const value = Reflect.get(target, prop, receiver) as unknown;
+          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+    },
+  };
+  const log = new AuditLog(recording, { journalDir: dir });
+  // Short entries, the kind Buffer.from cuts from the pool.
+  for (let n = 0; n < 4; n++) await log.append({ n, text: 'رقم الحساب' });
+  await log.settled();
+  t.equal(handed.length, 4);
+  for (const bytes of handed) {
+    t.equal(bytes.buffer.byteLength, bytes.length, 'the entry is its whole allocation');
+    t.equal(bytes.byteOffset, 0);
+  }
+  t.equal(handed[3]?.toString('utf8'), canonicalJson({ n: 3, text: 'رقم الحساب' }));
+  await log.close();
+  await store.close();
+});
+
 t.test('a failed write stops the log without a hole; a hole left on disk is cut off at the next start', async (t) => {
   const dir = tempDir(t);
   const store = openStore(dir);
