@@ -154,26 +154,35 @@ t.test('the log in lmdb: stored subtrees give the same heads and proofs, durably
   await store.close();
 });
 
-/** The store, except that the entries database's next put after failNextPut() fails, as a full disk would make it. */
-function failingOnce(store: Store): { failing: Store; failNextPut: () => void } {
-  let failNext = false;
-  const failing: Store = {
+type EntriesDb = ReturnType<Store['bytes']>;
+
+/** The store, with the entries database's `put` replaced whenever `replace` gives a replacement for it. */
+function withEntriesPut(store: Store, replace: (db: EntriesDb) => ((key: number, value: Buffer) => Promise<boolean>) | undefined): Store {
+  return {
     ...store,
     bytes(name) {
       const db = store.bytes(name);
       if (name !== 'audit-entries') return db;
       return new Proxy(db, {
         get(target, prop, receiver) {
-          if (prop === 'put' && failNext) {
-            failNext = false;
-            return () => Promise.reject(new Error('MDB_MAP_FULL'));
-          }
+          const put = prop === 'put' ? replace(target) : undefined;
+          if (put) return put;
           const value = Reflect.get(target, prop, receiver) as unknown;
           return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
         },
       });
     },
   };
+}
+
+/** The store, except that the entries database's next put after failNextPut() fails, as a full disk would make it. */
+function failingOnce(store: Store): { failing: Store; failNextPut: () => void } {
+  let failNext = false;
+  const failing = withEntriesPut(store, () => {
+    if (!failNext) return undefined;
+    failNext = false;
+    return () => Promise.reject(new Error('MDB_MAP_FULL'));
+  });
   return { failing, failNextPut: () => (failNext = true) };
 }
 
@@ -181,20 +190,10 @@ t.test("an entry handed to lmdb owns its memory: not a slice of Node's shared 8 
   const dir = tempDir(t);
   const store = openStore(dir);
   const handed: Buffer[] = [];
-  const recording: Store = {
-    ...store,
-    bytes(name) {
-      const db = store.bytes(name);
-      if (name !== 'audit-entries') return db;
-      return new Proxy(db, {
-        get(target, prop, receiver) {
-          if (prop === 'put') return (key: number, value: Buffer) => (handed.push(value), target.put(key, value));
-          const value = Reflect.get(target, prop, receiver) as unknown;
-          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-        },
-      });
-    },
-  };
+  const recording = withEntriesPut(store, (db) => (key, value) => {
+    handed.push(value);
+    return db.put(key, value);
+  });
   const log = new AuditLog(recording, { journalDir: dir });
   // Short entries, the kind Buffer.from cuts from the pool.
   for (let n = 0; n < 4; n++) await log.append({ n, text: 'رقم الحساب' });
