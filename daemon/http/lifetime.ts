@@ -9,17 +9,25 @@ import { StopSignal } from '../engines/index.js';
 const callbacksBySocket = new WeakMap<Socket, Set<() => void>>();
 
 function onSocketClose(socket: Socket, callback: () => void): () => void {
-  let callbacks = callbacksBySocket.get(socket);
-  if (!callbacks) {
-    const set = new Set<() => void>();
-    callbacks = set;
-    callbacksBySocket.set(socket, set);
-    socket.once('close', () => {
-      for (const fn of [...set]) fn();
-      set.clear();
-    });
-  }
+  const callbacks = callbacksBySocket.get(socket) ?? watchClose(socket);
   callbacks.add(callback);
+  return forgetter(callbacks, callback);
+}
+
+// The socket's listener and the call's forgetter are made in functions of their own: closures made in one function
+// share its variables, so a listener made beside `callback` would keep the socket's first call (its request,
+// response and everything they reach) alive for as long as the connection stays open.
+function watchClose(socket: Socket): Set<() => void> {
+  const callbacks = new Set<() => void>();
+  callbacksBySocket.set(socket, callbacks);
+  socket.once('close', () => {
+    for (const fn of [...callbacks]) fn();
+    callbacks.clear();
+  });
+  return callbacks;
+}
+
+function forgetter(callbacks: Set<() => void>, callback: () => void): () => void {
   return () => callbacks.delete(callback);
 }
 
