@@ -166,7 +166,7 @@ async function count(name: 'bare' | 'sovereign'): Promise<Counted> {
 }
 
 /** The main thread's functions by their own instructions per call, JIT code named from V8's map. */
-function topFunctions(counted: Counted, top: number): string {
+function functionCosts(counted: Counted): Map<string, number> {
   const ranges = existsSync(counted.perfMap)
     ? readFileSync(counted.perfMap, 'utf8')
         .split('\n')
@@ -200,11 +200,28 @@ function topFunctions(counted: Counted, top: number): string {
     if (jit) name = named(parseInt(jit[1], 16)) ?? '(compiled code not in the map)';
     byName.set(name, (byName.get(name) ?? 0) + Number(m[1].replace(/,/g, '')) / calls);
   }
-  return [...byName]
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, top)
-    .map(([name, n]) => `  ${n.toFixed(0).padStart(8)}  ${name.slice(0, 140)}\n`)
-    .join('');
+  return byName;
+}
+
+/**
+ * The daemon's costliest functions, each beside what the bare proxy spends in it (when it was counted): the difference
+ * is the pipeline's share of that function (JIT names differ between the two only where the code does).
+ */
+function topFunctions(ours: Counted, bare: Counted | undefined, top: number): string {
+  const mine = functionCosts(ours);
+  const theirs = bare ? functionCosts(bare) : null;
+  const head = theirs ? `  ${'sovereign'.padStart(9)}  ${'bare'.padStart(8)}\n` : '';
+  return (
+    head +
+    [...mine]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, top)
+      .map(([name, n]) => {
+        const other = theirs ? `  ${(theirs.get(name) ?? 0).toFixed(0).padStart(8)}` : '';
+        return `  ${n.toFixed(0).padStart(9)}${other}  ${name.slice(0, 140)}\n`;
+      })
+      .join('')
+  );
 }
 
 process.stdout.write(`bench:instructions: ${calls} calls counted after ${warmup} of warm-up, ${connections} connections\n`);
@@ -223,5 +240,5 @@ if (bare && ours) {
   );
 }
 if (ours && functions > 0)
-  process.stdout.write(`\nsovereign's main thread, own instructions per call by function:\n${topFunctions(ours, functions)}`);
+  process.stdout.write(`\nsovereign's main thread, own instructions per call by function:\n${topFunctions(ours, bare, functions)}`);
 process.exit(0);
