@@ -38,15 +38,19 @@ interface CallEnd {
   finished: boolean | null;
 }
 
-const endsByResponse = new WeakMap<FastifyReply['raw'], CallEnd>();
+// On the response itself, not in a WeakMap keyed by it: V8's young collections treat a WeakMap's values as live (only
+// full collections clear them), so every call's state outlived its call and was moved to the old generation, about
+// 23 KB of each young collection at 1,000 calls a second.
+const callEnd = Symbol('sovereign.callEnd');
+type WithCallEnd = FastifyReply['raw'] & { [callEnd]?: CallEnd };
 
 /**
  * Runs `callback` once, when the call's response has closed or its connection is gone (at once, on the next
  * microtask, if that has already happened).
  */
 export function onCallEnd(request: FastifyRequest, reply: FastifyReply, callback: (finished: boolean) => void): void {
-  const response = reply.raw;
-  const known = endsByResponse.get(response);
+  const response: WithCallEnd = reply.raw;
+  const known = response[callEnd];
   if (known) {
     if (known.finished === null) known.callbacks.push(callback);
     else {
@@ -56,7 +60,7 @@ export function onCallEnd(request: FastifyRequest, reply: FastifyReply, callback
     return;
   }
   const state: CallEnd = { callbacks: [callback], finished: null };
-  endsByResponse.set(response, state);
+  response[callEnd] = state;
   let forget = () => {};
   const end = () => {
     if (state.finished !== null) return;
