@@ -304,6 +304,39 @@ t.test('with the journal, lmdb gets entries in batches: an acknowledged entry is
   await store.close();
 });
 
+t.test('while lmdb lags behind the journal, every acknowledged entry stays readable, however many', async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  // A log that does not start at 0, so the entries held do not start at the beginning of anything.
+  const first = new AuditLog(store, { journalDir: dir });
+  for (let n = 0; n < 300; n++) void first.append({ n });
+  await first.settled();
+  await first.close();
+  let release = () => {};
+  const lmdbBack = new Promise<void>((resolve) => (release = resolve));
+  const lagging = withEntriesPut(store, (db) => (key, value) => lmdbBack.then(() => db.put(key, value)));
+  const log = new AuditLog(lagging, { journalDir: dir });
+  t.equal(log.size, 300);
+  // Far more entries than lmdb's batches hold, all acknowledged by the journal while lmdb has none of them.
+  const indexes = await Promise.all(Array.from({ length: 1500 }, (_, i) => log.append({ n: 300 + i })));
+  t.equal(indexes[1499], 1799);
+  t.equal(log.size, 300, 'lmdb has none of them yet');
+  t.equal(log.readable, 1800);
+  const wrong = indexes.filter((n) => log.entry(n)?.toString('utf8') !== canonicalJson({ n }));
+  t.same(wrong, [], 'each acknowledged entry is readable, and is itself');
+  const past = [1800, 1801, 2047, 2048, 2348, 3000, 4396, 10_000, 2 ** 40].filter((n) => log.entry(n) !== undefined);
+  t.same(past, [], 'nothing for an index past the last one');
+  t.equal(log.entry(299)?.toString('utf8'), canonicalJson({ n: 299 }), 'and the entries before them come from lmdb');
+  release();
+  await log.settled();
+  t.equal(log.size, 1800);
+  t.equal(log.entry(1799)?.toString('utf8'), canonicalJson({ n: 1799 }), 'read from lmdb once it has them');
+  t.same(await Promise.all([log.append({ n: 1800 }), log.append({ n: 1801 })]), [1800, 1801], 'and appending goes on');
+  t.equal(log.entry(1801)?.toString('utf8'), canonicalJson({ n: 1801 }));
+  await log.close();
+  await store.close();
+});
+
 t.test('with the journal, a failed lmdb batch stops the log without losing what the journal acknowledged', async (t) => {
   const dir = tempDir(t);
   const store = openStore(dir);

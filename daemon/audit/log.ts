@@ -8,6 +8,7 @@
 import { dirname, join, resolve } from 'node:path';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
+import { AcknowledgedEntries } from './acknowledged.js';
 import { canonicalJson, type Canonical } from './canonical.js';
 import { AuditJournal, JOURNAL_DIRS_FILE, readJournalDirs, writeJournalDirs, type JournalRecord } from './journal.js';
 import { consistencyProof, inclusionProof, leafHash, nodeHash, treeHead, type Hash, type SubtreeHash } from './merkle.js';
@@ -70,8 +71,11 @@ export class AuditLog {
   private journaled: number;
   /** Leaves lmdb has committed: every leaf below it. */
   private committed: number;
-  /** Right edge of the tree: the complete subtree at each level still waiting for its right sibling. */
-  private readonly pending = new Map<number, Hash>();
+  /**
+   * Right edge of the tree: the complete subtree at each level still waiting for its right sibling, by level. An
+   * array rewritten in place rather than a Map, for the reason given in acknowledged.ts.
+   */
+  private readonly pending: Array<Hash | undefined> = new Array<Hash | undefined>(64).fill(undefined);
   /** Appends whose lmdb writes wait for the next batch (journal mode), in index order. */
   private unwritten: Unwritten[] = [];
   private batchTimer: NodeJS.Timeout | null = null;
@@ -83,11 +87,8 @@ export class AuditLog {
   private sizeWaiters: SizeWaiter[] = [];
   /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
   private failure: Error | null = null;
-  /**
-   * Entries acknowledged (in the journal) that lmdb does not hold readable yet, for the few milliseconds between: a
-   * client that asks for its entry right after its response gets it.
-   */
-  private readonly acknowledged = new Map<number, Buffer>();
+  /** Entries acknowledged (in the journal) that lmdb does not hold readable yet. */
+  private readonly acknowledged = new AcknowledgedEntries();
 
   constructor(
     private readonly store: Store,
@@ -126,9 +127,10 @@ export class AuditLog {
     const size = this.repairTail();
     if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
     this.assigned = this.durable = this.journaled = this.committed = size;
+    this.acknowledged.dropBelow(size);
     for (let level = 0; 2 ** level <= this.assigned; level++) {
       if (Math.floor(this.assigned / 2 ** level) % 2 === 1) {
-        this.pending.set(level, this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1));
+        this.pending[level] = this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1);
       }
     }
     // The replayed files go once lmdb has their entries on disk; until then a crash replays them again. Only then
@@ -203,12 +205,12 @@ export class AuditLog {
     const nodes: Array<[number, Hash]> = [];
     let level = 0;
     for (let i = index; i % 2 === 1; i = (i - 1) / 2) {
-      hash = nodeHash(this.pending.get(level)!, hash);
-      this.pending.delete(level);
+      hash = nodeHash(this.pending[level]!, hash);
+      this.pending[level] = undefined;
       level++;
       nodes.push([level * LEVEL_STRIDE + (i - 1) / 2, hash]);
     }
-    this.pending.set(level, hash);
+    this.pending[level] = hash;
     this.unwritten.push({ index, bytes, nodes });
     if (!this.journal) {
       this.writeBatch();
@@ -227,7 +229,7 @@ export class AuditLog {
     // follows a lost one.
     return this.journal.append(index, bytes).then(
       () => {
-        if (index >= this.durable) this.acknowledged.set(index, bytes);
+        if (index >= this.durable) this.acknowledged.add(index, bytes);
         this.advance(index + 1, 'journaled');
         return index;
       },
@@ -282,10 +284,7 @@ export class AuditLog {
     const durable = Math.min(this.journaled, this.committed);
     if (durable <= this.durable) return;
     this.durable = durable;
-    for (const index of this.acknowledged.keys()) {
-      if (index >= durable) break;
-      this.acknowledged.delete(index);
-    }
+    this.acknowledged.dropBelow(durable);
     if (this.sizeWaiters.length) {
       const waiting = this.sizeWaiters;
       this.sizeWaiters = [];

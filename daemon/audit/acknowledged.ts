@@ -1,0 +1,45 @@
+// The entries the journal has on disk that lmdb does not hold readable yet, by leaf index, for the few milliseconds
+// between: a client that asks for its entry right after its response gets it. A ring of slots rewritten in place,
+// not a Map. Every entry passes through here, and with a Map (and another for the tree's right edge, log.ts) each
+// young collection at 1,000 calls a second moved about 160 KB to the old generation, mostly entries and the maps'
+// tables, there to wait for a full collection; with arrays rewritten in place, about 47 KB (the bare proxy: 17 KB),
+// and young collections take 1.1 ms instead of 1.8. Most likely cause: a Map's table is rebuilt again and again as
+// keys come and go, and a replaced table that had reached the old generation still holds what it held, which young
+// collections cannot tell from live.
+
+export class AcknowledgedEntries {
+  /** Slot `index % length` holds entry `index` for every index in [from, to), and nothing else. */
+  private slots: Array<Buffer | undefined> = new Array<Buffer | undefined>(256).fill(undefined);
+  private from = 0;
+  private to = 0;
+
+  /** Holds entry `index`: at or past the lowest one still held, and past every one added before. */
+  add(index: number, bytes: Buffer): void {
+    if (index < this.from || index < this.to) throw new RangeError(`entry ${index} is added out of order`);
+    if (index - this.from >= this.slots.length) this.grow(index - this.from + 1);
+    this.slots[index % this.slots.length] = bytes;
+    this.to = index + 1;
+  }
+
+  get(index: number): Buffer | undefined {
+    return index >= this.from && index < this.to ? this.slots[index % this.slots.length] : undefined;
+  }
+
+  /** Lets go of every entry below `size` (lmdb has them readable now). */
+  dropBelow(size: number): void {
+    if (size <= this.from) return;
+    const end = Math.min(size, this.to);
+    for (let index = this.from; index < end; index++) this.slots[index % this.slots.length] = undefined;
+    this.from = size;
+    if (this.to < size) this.to = size;
+  }
+
+  /** Room for `span` entries from the lowest held: a new ring, rare (lmdb would have to fall seconds behind). */
+  private grow(span: number): void {
+    let length = this.slots.length * 2;
+    while (length < span) length *= 2;
+    const slots = new Array<Buffer | undefined>(length).fill(undefined);
+    for (let index = this.from; index < this.to; index++) slots[index % length] = this.slots[index % this.slots.length];
+    this.slots = slots;
+  }
+}
