@@ -7,18 +7,24 @@
 // keys come and go, and a replaced table that had reached the old generation still holds what it held, which young
 // collections cannot tell from live.
 
+/** Slots a ring starts with, and shrinks back to once it is empty. */
+const SLOTS = 256;
+
 export class AcknowledgedEntries {
-  /** Slot `index % length` holds entry `index` for every index in [from, to), and nothing else. */
-  private slots: Array<Buffer | undefined> = new Array<Buffer | undefined>(256).fill(undefined);
+  /** Slot `index % length` holds entry `index` for every index in [from, to) that was added, and nothing else. */
+  private slots: Array<Buffer | undefined> = new Array<Buffer | undefined>(SLOTS).fill(undefined);
   private from = 0;
   private to = 0;
 
-  /** Holds entry `index`: at or past the lowest one still held, and past every one added before. */
+  /**
+   * Holds entry `index`. The journal acknowledges in index order, so each index comes past the ones before; one that
+   * did not would still be held if lmdb does not have it yet (at or past `from`), and is left to lmdb otherwise.
+   */
   add(index: number, bytes: Buffer): void {
-    if (index < this.from || index < this.to) throw new RangeError(`entry ${index} is added out of order`);
+    if (index < this.from) return;
     if (index - this.from >= this.slots.length) this.grow(index - this.from + 1);
     this.slots[index % this.slots.length] = bytes;
-    this.to = index + 1;
+    if (index >= this.to) this.to = index + 1;
   }
 
   get(index: number): Buffer | undefined {
@@ -32,6 +38,8 @@ export class AcknowledgedEntries {
     for (let index = this.from; index < end; index++) this.slots[index % this.slots.length] = undefined;
     this.from = size;
     if (this.to < size) this.to = size;
+    // A ring grown while lmdb fell behind goes back to its first size once it has caught up.
+    if (this.from === this.to && this.slots.length > SLOTS) this.slots = new Array<Buffer | undefined>(SLOTS).fill(undefined);
   }
 
   /** Room for `span` entries from the lowest held: a new ring, rare (lmdb would have to fall seconds behind). */

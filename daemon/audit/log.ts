@@ -72,8 +72,9 @@ export class AuditLog {
   /** Leaves lmdb has committed: every leaf below it. */
   private committed: number;
   /**
-   * Right edge of the tree: the complete subtree at each level still waiting for its right sibling, by level. An
-   * array rewritten in place rather than a Map, for the reason given in acknowledged.ts.
+   * Right edge of the tree: the complete subtree at each level still waiting for its right sibling, by level (at most
+   * 41 levels: keys hold a trillion entries, LEVEL_STRIDE). An array rewritten in place rather than a Map, for the
+   * reason given in acknowledged.ts.
    */
   private readonly pending: Array<Hash | undefined> = new Array<Hash | undefined>(64).fill(undefined);
   /** Appends whose lmdb writes wait for the next batch (journal mode), in index order. */
