@@ -4,12 +4,14 @@
 //   before it, and its latency runs from when it was due (so a server that stalls is charged for every request
 //   that waited behind the stall, as wrk2 does). autocannon's own rate option cannot do this: it lets each
 //   connection send its quota for the second as fast as it can at the start of each second, so a "1,000 requests/s"
-//   run is a burst of 1,000 followed by silence.
+//   run is a burst of 1,000 followed by silence. The send times come from a clock thread (see `clock`), not from
+//   setTimeout, whose millisecond granularity sent requests up to 1-2 ms late and in pairs.
 // - `saturate`: autocannon, closed loop (each connection sends its next request as soon as the last answer is in),
 //   for the most requests per second a target serves. Latencies are taken from its per-response event in
 //   microseconds; its own histogram keeps whole milliseconds.
 //
 // Every response is checked: status 200 and, for streams, a body ending in `data: [DONE]`.
+import { Worker } from 'node:worker_threads';
 import autocannon from 'autocannon';
 import { Pool } from 'undici';
 
@@ -25,36 +27,93 @@ export interface Target {
 }
 
 export interface LoadResult {
-  /** Requests answered with 200 and a complete body, per second of the measured window. */
+  /**
+   * Requests answered with 200 and a complete body, per second of `seconds`; for a fixed rate, from the first due time
+   * to the last answer, so a target that falls behind shows the rate it served, not the rate it was sent.
+   */
   rps: number;
+  /** The window's length in seconds (fixed rates: until the last answer). */
+  seconds: number;
   ok: number;
   failed: number;
   /** Requests that could not be sent on time because every connection was busy (paced only). */
   late: number;
+  /** How long after its due time the slowest 1% of requests were handed to the client, in ms (paced only). */
+  sendDelayP99: number;
   p50: number;
   p99: number;
   max: number;
+  /** Every answered request's latency in ms, sorted (paced only: windows of several rounds are pooled). */
+  latencies: Float64Array;
 }
 
-function percentile(sorted: Float64Array, p: number): number {
+export function percentile(sorted: Float64Array, p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-function summarise(latencies: number[], ok: number, failed: number, late: number, seconds: number): LoadResult {
+function summarise(latencies: number[], ok: number, failed: number, late: number, seconds: number, sendDelays: number[] = []): LoadResult {
   const sorted = Float64Array.from(latencies).sort();
   return {
     rps: ok / seconds,
+    seconds,
     ok,
     failed,
     late,
+    sendDelayP99: percentile(Float64Array.from(sendDelays).sort(), 99),
     p50: percentile(sorted, 50),
     p99: percentile(sorted, 99),
     max: sorted.length ? sorted[sorted.length - 1] : NaN,
+    latencies: sorted,
   };
 }
 
 const isComplete = (body: string, stream: boolean) => (stream ? body.endsWith('data: [DONE]\n\n') : body.startsWith('{"id"'));
+
+// The clock thread: it sleeps until the next request is due with Atomics.wait, whose timeout is a futex's (to the
+// microsecond, where setTimeout and the event loop count whole milliseconds), then posts how many are due; the
+// message wakes the sender's event loop at once. It sleeps rather than spins: a spinning sender would take one of
+// the machine's two cores from the target. Bounded by the count it is given.
+const CLOCK = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { start, interval, total } = workerData;
+const cell = new Int32Array(new SharedArrayBuffer(4));
+const now = () => performance.timeOrigin + performance.now();
+let next = 0;
+while (next < total) {
+  const wait = start + next * interval - now();
+  if (wait > 0) Atomics.wait(cell, 0, 0, wait);
+  const at = now();
+  let due = 0;
+  while (next < total && start + next * interval <= at) {
+    next++;
+    due++;
+  }
+  if (due) parentPort.postMessage(due);
+}
+`;
+
+/**
+ * Calls `onDue` with the number of requests that have fallen due, from `start` (ms since the epoch, as
+ * `performance.timeOrigin + performance.now()` counts, which all threads share) every `interval` ms, `total` in all;
+ * resolves once all have.
+ */
+function clock(start: number, interval: number, total: number, onDue: (count: number) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (total === 0) return resolve();
+    const thread = new Worker(CLOCK, { eval: true, workerData: { start, interval, total } });
+    let given = 0;
+    thread.on('message', (count: number) => {
+      given += count;
+      onDue(count);
+      if (given >= total) resolve();
+    });
+    thread.on('error', reject);
+    thread.on('exit', () =>
+      given >= total ? resolve() : reject(new Error(`the load's clock stopped after ${given} of ${total} requests`)),
+    );
+  });
+}
 
 /**
  * Sends `rate` requests per second for `seconds` over at most `connections` keep-alive connections. Bounded: the
@@ -77,6 +136,7 @@ export async function paced(target: Target, rate: number, seconds: number, conne
   let late = 0;
   let inFlight = 0;
   let settled = 0;
+  let lastSettled = 0;
   const headers = { ...target.headers, 'content-type': 'application/json' };
   // Every connection is opened (and its TLS handshake done) before the measured window, as a client that has been
   // running for a while would have them.
@@ -105,27 +165,23 @@ export async function paced(target: Target, rate: number, seconds: number, conne
       .finally(() => {
         inFlight--;
         settled++;
+        lastSettled = performance.now();
       });
   };
 
-  await new Promise<void>((resolve) => {
-    let next = 0;
-    const tick = () => {
-      const now = performance.now();
-      while (next < total && due(next) <= now) send(next++);
-      if (next < total) {
-        // Wake shortly before the next one is due; setTimeout's 1 ms granularity is finer than the spacing at the
-        // rates measured (0.5 ms at 2,000/s sends two per wake-up).
-        setTimeout(tick, Math.max(0, due(next) - performance.now() - 0.2));
-      } else resolve();
-    };
-    setTimeout(tick, 50);
+  const sendDelays: number[] = [];
+  let next = 0;
+  await clock(performance.timeOrigin + start, 1000 / rate, total, (count) => {
+    for (let k = 0; k < count; k++) {
+      sendDelays.push(performance.now() - due(next));
+      send(next++);
+    }
   });
   const deadline = Date.now() + 10_000;
   while (settled < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
   failed += total - settled;
   await pool.destroy();
-  return summarise(latencies, ok, failed, late, seconds);
+  return summarise(latencies, ok, failed, late, Math.max(seconds, (lastSettled - start) / 1000), sendDelays);
 }
 
 /** autocannon, closed loop, `connections` at a time, for `seconds`. */
@@ -157,4 +213,28 @@ export async function saturate(target: Target, seconds: number, connections: num
   // A 200 whose body was cut short is counted by autocannon as a mismatch.
   const ok = answered - result.mismatches;
   return summarise(latencies, ok, failed + result.mismatches + result.errors + result.timeouts, 0, result.duration);
+}
+
+/** Windows of the same load measured at different times, as one: every request counts. */
+export function pooled(windows: LoadResult[]): LoadResult {
+  const all = new Float64Array(windows.reduce((n, w) => n + w.latencies.length, 0));
+  let at = 0;
+  for (const w of windows) {
+    all.set(w.latencies, at);
+    at += w.latencies.length;
+  }
+  all.sort();
+  const sum = (key: 'ok' | 'failed' | 'late') => windows.reduce((n, w) => n + w[key], 0);
+  return {
+    rps: sum('ok') / windows.reduce((n, w) => n + w.seconds, 0),
+    seconds: windows.reduce((n, w) => n + w.seconds, 0),
+    ok: sum('ok'),
+    failed: sum('failed'),
+    late: sum('late'),
+    sendDelayP99: Math.max(...windows.map((w) => w.sendDelayP99)),
+    p50: percentile(all, 50),
+    p99: percentile(all, 99),
+    max: all.length ? all[all.length - 1] : NaN,
+    latencies: all,
+  };
 }
