@@ -55,13 +55,19 @@ const { values } = parseArgs({
 // Everything runs inside a network namespace of our own (unless told not to).
 enterPrivateNetwork(values['host-network'], 'bench:gateway');
 
-const rates = values.rates.split(',').map(Number);
-const seconds = Number(values.seconds);
-const pacedSeconds = Number(values['rate-seconds']);
+/** A positive number given on the command line, or an error that names the option. */
+function positive(option: string, text: string): number {
+  const value = Number(text);
+  if (!(value > 0) || !Number.isFinite(value)) throw new Error(`--${option} takes numbers above 0, not '${text}'`);
+  return value;
+}
+const rates = values.rates.split(',').map((rate) => positive('rates', rate));
+const seconds = positive('seconds', values.seconds);
+const pacedSeconds = positive('rate-seconds', values['rate-seconds']);
 const rounds = Number(values.rounds);
 if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a whole number of at least 1, not '${values.rounds}'`);
-const warmup = Number(values.warmup);
-const connections = Number(values.connections);
+const warmup = positive('warmup', values.warmup);
+const connections = Math.ceil(positive('connections', values.connections));
 const targetNames = values.targets.split(',');
 const modes = values.modes.split(',') as Array<'buffered' | 'streamed'>;
 
@@ -332,7 +338,7 @@ for (const [mode, byTarget] of results) {
           ([name, m]) =>
             `${name} ${m.rateRounds
               .get(rate)!
-              .map((r, i) => (base ? ms(r.p99 - base[i].p99) : ms(r.p99)))
+              .map((r, i) => (base?.[i] ? ms(r.p99 - base[i].p99) : ms(r.p99)))
               .join(', ')}`,
         );
       if (list.length) process.stdout.write(`${base ? 'added ' : ''}p99 by round at ${rate}/s (ms): ${list.join('; ')}\n`);
