@@ -40,6 +40,8 @@ export interface LoadResult {
   late: number;
   /** How long after its due time the slowest 1% of requests were handed to the client, in ms (paced only). */
   sendDelayP99: number;
+  /** The longest of those delays, in ms (paced only). */
+  sendDelayMax: number;
   p50: number;
   p99: number;
   max: number;
@@ -61,6 +63,7 @@ function summarise(latencies: number[], ok: number, failed: number, late: number
     failed,
     late,
     sendDelayP99: percentile(Float64Array.from(sendDelays).sort(), 99),
+    sendDelayMax: sendDelays.reduce((most, d) => Math.max(most, d), sendDelays.length ? -Infinity : NaN),
     p50: percentile(sorted, 50),
     p99: percentile(sorted, 99),
     max: sorted.length ? sorted[sorted.length - 1] : NaN,
@@ -73,39 +76,51 @@ const isComplete = (body: string, stream: boolean) => (stream ? body.endsWith('d
 // The clock thread: it sleeps until the next request is due with Atomics.wait, whose timeout is a futex's (to the
 // microsecond, where setTimeout and the event loop count whole milliseconds), then posts how many are due; the
 // message wakes the sender's event loop at once. It sleeps rather than spins: a spinning sender would take one of
-// the machine's two cores from the target. Bounded by the count it is given.
+// the machine's two cores from the target. It says it is ready before it is given the start, so its own start-up
+// is not in the window; times are the monotonic clock's (process.hrtime), the same in every thread. Bounded by the
+// count it is given.
 const CLOCK = `
-const { parentPort, workerData } = require('node:worker_threads');
-const { start, interval, total } = workerData;
+const { parentPort } = require('node:worker_threads');
+const now = () => Number(process.hrtime.bigint()) / 1e6;
 const cell = new Int32Array(new SharedArrayBuffer(4));
-const now = () => performance.timeOrigin + performance.now();
-let next = 0;
-while (next < total) {
-  const wait = start + next * interval - now();
-  if (wait > 0) Atomics.wait(cell, 0, 0, wait);
-  const at = now();
-  let due = 0;
-  while (next < total && start + next * interval <= at) {
-    next++;
-    due++;
+parentPort.once('message', ({ start, interval, total }) => {
+  let next = 0;
+  while (next < total) {
+    const wait = start + next * interval - now();
+    if (wait > 0) Atomics.wait(cell, 0, 0, wait);
+    const at = now();
+    let due = 0;
+    while (next < total && start + next * interval <= at) {
+      next++;
+      due++;
+    }
+    if (due) parentPort.postMessage(due);
   }
-  if (due) parentPort.postMessage(due);
-}
+});
+parentPort.postMessage('ready');
 `;
 
 /**
- * Calls `onDue` with the number of requests that have fallen due, from `start` (ms since the epoch, as
- * `performance.timeOrigin + performance.now()` counts, which all threads share) every `interval` ms, `total` in all;
- * resolves once all have.
+ * Starts a clock thread and, once it is ready, calls `onStart` with the first request's due time (50 ms on, as
+ * `performance.now()` counts), then `onDue` with the number of requests that have fallen due, one every `interval`
+ * ms, `total` in all; resolves once all have.
  */
-function clock(start: number, interval: number, total: number, onDue: (count: number) => void): Promise<void> {
+function clock(interval: number, total: number, onStart: (start: number) => void, onDue: (count: number) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     if (total === 0) return resolve();
-    const thread = new Worker(CLOCK, { eval: true, workerData: { start, interval, total } });
+    // No execArgv: the thread needs none of the bench's loaders, and would start slower with them.
+    const thread = new Worker(CLOCK, { eval: true, execArgv: [] });
     let given = 0;
-    thread.on('message', (count: number) => {
-      given += count;
-      onDue(count);
+    thread.on('message', (message: number | 'ready') => {
+      if (message === 'ready') {
+        const start = performance.now() + 50;
+        onStart(start);
+        const monotonic = Number(process.hrtime.bigint()) / 1e6 - performance.now();
+        thread.postMessage({ start: start + monotonic, interval, total });
+        return;
+      }
+      given += message;
+      onDue(message);
       if (given >= total) resolve();
     });
     thread.on('error', reject);
@@ -145,7 +160,8 @@ export async function paced(target: Target, rate: number, seconds: number, conne
       pool.request({ method: 'POST', path: url.pathname, headers, body: target.body }).then((res) => res.body.text()),
     ),
   );
-  const start = performance.now() + 50;
+  // Set by the clock once its thread is ready.
+  let start = 0;
   const due = (i: number) => start + (i * 1000) / rate;
 
   const send = (i: number) => {
@@ -171,17 +187,23 @@ export async function paced(target: Target, rate: number, seconds: number, conne
 
   const sendDelays: number[] = [];
   let next = 0;
-  await clock(performance.timeOrigin + start, 1000 / rate, total, (count) => {
-    for (let k = 0; k < count; k++) {
-      sendDelays.push(performance.now() - due(next));
-      send(next++);
-    }
-  });
+  await clock(
+    1000 / rate,
+    total,
+    (first) => (start = first),
+    (count) => {
+      for (let k = 0; k < count; k++) {
+        sendDelays.push(performance.now() - due(next));
+        send(next++);
+      }
+    },
+  );
   const deadline = Date.now() + 10_000;
   while (settled < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
-  failed += total - settled;
+  // Taken before the pool is destroyed: destroying it settles the requests still waiting, which are counted here.
+  const result = summarise(latencies, ok, failed + (total - settled), late, Math.max(seconds, (lastSettled - start) / 1000), sendDelays);
   await pool.destroy();
-  return summarise(latencies, ok, failed, late, Math.max(seconds, (lastSettled - start) / 1000), sendDelays);
+  return result;
 }
 
 /** autocannon, closed loop, `connections` at a time, for `seconds`. */
@@ -232,6 +254,7 @@ export function pooled(windows: LoadResult[]): LoadResult {
     failed: sum('failed'),
     late: sum('late'),
     sendDelayP99: Math.max(...windows.map((w) => w.sendDelayP99)),
+    sendDelayMax: Math.max(...windows.map((w) => w.sendDelayMax)),
     p50: percentile(all, 50),
     p99: percentile(all, 99),
     max: all.length ? all[all.length - 1] : NaN,
