@@ -53,7 +53,7 @@ export function abortSignalOf(stop: AnyStopSignal): AbortSignal {
  * made per call, cost far more than the AbortController it saved: on Node 20, V8 keeps what such a getter reaches
  * alive through every young-generation collection until the next full one. Each call (request, body, answer,
  * logger) was copied to the old generation whole: about 1.6 MB a minor GC, pauses of 4-7 ms, at any rate
- * (bench/README.md).
+ * (bench/gateway/NOTES.md, "A chat call's engine options carry no getter of their own").
  */
 export class StopCallOptions implements ChatCallOptions {
   readonly stop: StopSignal;
