@@ -47,6 +47,14 @@ export interface LoadResult {
   max: number;
   /** Every answered request's latency in ms, sorted (paced only: windows of several rounds are pooled). */
   latencies: Float64Array;
+  /**
+   * The latencies of the requests due after the window's first second, sorted (paced only). Every window starts after
+   * a pause, and the first second after one is often slower on this machine: without it, what a target does at a
+   * steady rate.
+   */
+  steadyLatencies: Float64Array;
+  /** The p99 of `steadyLatencies` (NaN when there are none). */
+  steadyP99: number;
 }
 
 export function percentile(sorted: Float64Array, p: number): number {
@@ -54,8 +62,17 @@ export function percentile(sorted: Float64Array, p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-function summarise(latencies: number[], ok: number, failed: number, late: number, seconds: number, sendDelays: number[] = []): LoadResult {
+function summarise(
+  latencies: number[],
+  ok: number,
+  failed: number,
+  late: number,
+  seconds: number,
+  sendDelays: number[] = [],
+  steadyLatencies: number[] = [],
+): LoadResult {
   const sorted = Float64Array.from(latencies).sort();
+  const steady = Float64Array.from(steadyLatencies).sort();
   return {
     rps: ok / seconds,
     seconds,
@@ -68,6 +85,8 @@ function summarise(latencies: number[], ok: number, failed: number, late: number
     p99: percentile(sorted, 99),
     max: sorted.length ? sorted[sorted.length - 1] : NaN,
     latencies: sorted,
+    steadyLatencies: steady,
+    steadyP99: percentile(steady, 99),
   };
 }
 
@@ -146,6 +165,7 @@ export async function paced(target: Target, rate: number, seconds: number, conne
   });
   const total = Math.round(rate * seconds);
   const latencies: number[] = [];
+  const steadyLatencies: number[] = [];
   let ok = 0;
   let failed = 0;
   let late = 0;
@@ -174,7 +194,10 @@ export async function paced(target: Target, rate: number, seconds: number, conne
         const text = await res.body.text();
         if (res.statusCode === 200 && isComplete(text, stream)) {
           ok++;
-          latencies.push(performance.now() - dueAt);
+          const latency = performance.now() - dueAt;
+          latencies.push(latency);
+          // Request i is due i/rate seconds into the window.
+          if (i >= rate) steadyLatencies.push(latency);
         } else failed++;
       })
       .catch(() => failed++)
@@ -201,7 +224,15 @@ export async function paced(target: Target, rate: number, seconds: number, conne
   const deadline = Date.now() + 10_000;
   while (settled < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
   // Taken before the pool is destroyed: destroying it settles the requests still waiting, which are counted here.
-  const result = summarise(latencies, ok, failed + (total - settled), late, Math.max(seconds, (lastSettled - start) / 1000), sendDelays);
+  const result = summarise(
+    latencies,
+    ok,
+    failed + (total - settled),
+    late,
+    Math.max(seconds, (lastSettled - start) / 1000),
+    sendDelays,
+    steadyLatencies,
+  );
   await pool.destroy();
   return result;
 }
@@ -239,13 +270,8 @@ export async function saturate(target: Target, seconds: number, connections: num
 
 /** Windows of the same load measured at different times, as one: every request counts. */
 export function pooled(windows: LoadResult[]): LoadResult {
-  const all = new Float64Array(windows.reduce((n, w) => n + w.latencies.length, 0));
-  let at = 0;
-  for (const w of windows) {
-    all.set(w.latencies, at);
-    at += w.latencies.length;
-  }
-  all.sort();
+  const all = joined(windows.map((w) => w.latencies));
+  const steady = joined(windows.map((w) => w.steadyLatencies));
   const sum = (key: 'ok' | 'failed' | 'late') => windows.reduce((n, w) => n + w[key], 0);
   return {
     rps: sum('ok') / windows.reduce((n, w) => n + w.seconds, 0),
@@ -259,5 +285,18 @@ export function pooled(windows: LoadResult[]): LoadResult {
     p99: percentile(all, 99),
     max: all.length ? all[all.length - 1] : NaN,
     latencies: all,
+    steadyLatencies: steady,
+    steadyP99: percentile(steady, 99),
   };
+}
+
+/** Sorted arrays as one, sorted. */
+function joined(parts: Float64Array[]): Float64Array {
+  const all = new Float64Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    all.set(p, at);
+    at += p.length;
+  }
+  return all.sort();
 }
