@@ -2,6 +2,7 @@
 // leaves), its proofs through the offline verifier's RFC 9162 checks, the log's stored subtrees against a tree built
 // from the leaves, and a call's entry bytes against the generic canonical JSON of its fields.
 import { appendFileSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import t from 'tap';
 import { AuditLog, callEntryJson, canonicalJson, isoTime, merkle, type CallRecord } from '../daemon/audit/index.js';
@@ -125,6 +126,26 @@ t.test('every proof of every tree up to 40 leaves verifies, and a changed proof 
   }
   t.ok(checked > 800 && rejected > 700, `${checked} proofs verified, ${rejected} altered proofs rejected`);
   t.equal(hex(treeHead(subtree, 0)), hex(EMPTY_ROOT));
+});
+
+t.test('a hash handed out stays as it was while thousands more are made, whatever the size of the entry', async (t) => {
+  const { nodeHash } = merkle;
+  const digest = (bytes: Buffer) => createHash('sha256').update(bytes).digest();
+  const entries = Array.from({ length: 3000 }, (_, i) => Buffer.alloc(i % 7 === 0 ? 5000 + i : i % 300, i));
+  const leaves = entries.map((e) => leafHash(e));
+  const nodes = leaves.slice(1).map((l, i) => nodeHash(leaves[i], l));
+  let wrong = 0;
+  entries.forEach((e, i) => {
+    if (!leaves[i].equals(digest(Buffer.concat([Buffer.of(0), e])))) wrong++;
+  });
+  nodes.forEach((n, i) => {
+    if (!n.equals(digest(Buffer.concat([Buffer.of(1), leaves[i], leaves[i + 1]])))) wrong++;
+  });
+  t.equal(wrong, 0, 'every leaf and node hash is the digest of its input, read after all were made');
+  t.ok(
+    leaves.every((l) => l.length === 32),
+    'each is 32 bytes',
+  );
 });
 
 t.test('the log in lmdb: stored subtrees give the same heads and proofs, durably, across reopening', async (t) => {
