@@ -1,6 +1,6 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
 import { createHash } from 'node:crypto';
-import { Readable } from 'node:stream';
+import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
   StopCallOptions,
@@ -264,9 +264,13 @@ interface StreamArgs {
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
   const { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record } = args;
-  // The events are pushed into a plain Readable that fastify pipes to the response: a PassThrough's writable side and
-  // transform step cost a call more per write and did nothing here.
-  const out = new Readable({ read() {} });
+  // The events are written straight to the response once its head is out (start(), below), not through a stream that
+  // fastify pipes to it: the pipe's listeners, end-of-stream watchers and ticks were about 5% of a streamed call's
+  // instructions. Nothing is written once the client has gone.
+  let res: FastifyReply['raw'] | null = null;
+  const emit = (bytes: Buffer) => {
+    if (res && !res.destroyed && !res.writableEnded) res.write(bytes);
+  };
   // What was sent, for the audit entry's response digest: the bytes each batch went out as (a string handed to the
   // hash is encoded to UTF-8 a second time), 16 KB at a time and at the end (one native call per turn cost more than
   // the hashing itself). Once the digest is taken, what follows (the leaf's comment, [DONE]) is not in it.
@@ -295,7 +299,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       unhashedBytes += bytes.length;
       if (unhashedBytes >= HASH_EVERY) hashSent();
     }
-    out.push(bytes);
+    emit(bytes);
   };
   // The first events (the role chunk, made when the engine starts) wait for the end of the event loop's turn, not
   // just the current task: an upstream's first pieces usually arrive with its headers, and then leave with them.
@@ -341,22 +345,23 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       send(`data: ${JSON.stringify(AUDIT_FAILED_AFTER_STREAM.toBody())}\n\n`);
     }
     send('data: [DONE]\n\n');
-    endWith(reply.raw);
+    endResponse();
   };
   // The last events and the chunked encoding's terminator in one socket write: the response is corked until its
   // end() (which uncorks it fully). Only once its headers are out, when nothing waits for a drain and the events fit
   // under the socket's high-water mark (at most 3 bytes per UTF-16 unit, plus the chunk's framing): a write past it
   // would wait for a drain that a corked socket never has.
-  const endWith = (res: FastifyReply['raw']) => {
+  const endResponse = () => {
     batch += held;
     held = '';
+    if (!res || res.destroyed || res.writableEnded) return;
     const socket = res.socket;
     const bytes = (last?.length ?? 0) + 3 * batch.length + 64;
     const fits = socket !== null && socket.writableLength + bytes < socket.writableHighWaterMark;
-    if (fits && res.headersSent && !res.writableEnded && !res.writableNeedDrain && out.readableLength === 0) res.cork();
-    if (last) out.push(last);
+    if (fits && res.headersSent && !res.writableNeedDrain) res.cork();
+    if (last) emit(last);
     flush();
-    out.push(null);
+    res.end();
   };
   const contentChunk = (content: string) => {
     if (content)
@@ -392,7 +397,13 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       started = true;
       write(`${chunkStart}[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`);
       schedule = queueMicrotask;
-      resolve(reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').send(out));
+      // The response is taken over from fastify with every header the stages set on the reply. Its onSend hooks do not
+      // run for it; both of the daemon's leave streams alone (the audit stage records a stream here, at its end, and a
+      // stream only starts once the request's body has been read). Its onResponse hooks still run when it finishes.
+      reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').hijack();
+      res = reply.raw;
+      res.writeHead(200, reply.getHeaders() as OutgoingHttpHeaders);
+      resolve(reply);
     };
     const work = engine
       .chat(
