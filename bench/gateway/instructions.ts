@@ -40,6 +40,7 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '16' },
     targets: { type: 'string', default: 'bare,sovereign' },
     functions: { type: 'string', default: '0' },
+    streamed: { type: 'boolean', default: false },
     'host-network': { type: 'boolean', default: false },
   },
 });
@@ -56,6 +57,7 @@ const calls = Number(values.calls);
 const warmup = Number(values.warmup);
 const connections = Number(values.connections);
 const functions = Number(values.functions);
+const streamed = values.streamed;
 const targetNames = values.targets.split(',');
 for (const name of targetNames)
   if (name !== 'bare' && name !== 'sovereign') throw new Error(`unknown target '${name}': use bare, sovereign`);
@@ -116,7 +118,7 @@ async function start(name: 'bare' | 'sovereign', out: string) {
 
 /** `count` chat calls over `connections` keep-alive connections, each checked to be a complete 200 answer. */
 async function load(pool: Pool, headers: Record<string, string>, count: number): Promise<void> {
-  const body = chatBody('bench-chat', false);
+  const body = chatBody('bench-chat', streamed);
   let left = count;
   await Promise.all(
     Array.from({ length: connections }, async () => {
@@ -128,8 +130,8 @@ async function load(pool: Pool, headers: Record<string, string>, count: number):
           body,
         });
         const text = await response.body.text();
-        if (response.statusCode !== 200 || !text.startsWith('{"id"'))
-          throw new Error(`a call failed: ${response.statusCode} ${text.slice(0, 200)}`);
+        const complete = streamed ? text.startsWith('data: ') && text.endsWith('data: [DONE]\n\n') : text.startsWith('{"id"');
+        if (response.statusCode !== 200 || !complete) throw new Error(`a call failed: ${response.statusCode} ${text.slice(0, 200)}`);
       }
     }),
   );
@@ -224,7 +226,9 @@ function topFunctions(ours: Counted, bare: Counted | undefined, top: number): st
   );
 }
 
-process.stdout.write(`bench:instructions: ${calls} calls counted after ${warmup} of warm-up, ${connections} connections\n`);
+process.stdout.write(
+  `bench:instructions: ${calls} ${streamed ? 'streamed' : 'buffered'} calls counted after ${warmup} of warm-up, ${connections} connections\n`,
+);
 const counted = new Map<string, Counted>();
 for (const name of targetNames as Array<'bare' | 'sovereign'>) counted.set(name, await count(name));
 await agent.close();
