@@ -127,6 +127,14 @@ t.test('usage is metered per key, endpoint and day, and exported for billing', a
       200,
     );
   }
+  // A streamed answer is written by its route, past fastify's send; its use is metered all the same.
+  const streamed = await call(onBusiness.secret, '/chat/completions', {
+    model: 'chat',
+    stream: true,
+    messages: [{ role: 'user', content: 'hi' }],
+  });
+  t.equal(streamed.status, 200);
+  t.match(streamed.text, /data: \[DONE\]\n\n$/, 'the stream ended');
   t.equal((await call(onBusiness.secret, '/embeddings', { model: 'embed', input: 'hello' })).status, 200);
   t.equal((await call(onBusiness.secret, '/chat/completions', { model: 'nope', messages: [{ role: 'user', content: 'x' }] })).status, 404);
   const refused = await call(onBusiness.secret, '/chat/completions', { model: 'chat', messages: [{ role: 'user', content: 'refuse me' }] });
@@ -150,13 +158,13 @@ t.test('usage is metered per key, endpoint and day, and exported for billing', a
       day: today,
       project_name: 'treasury',
       plan: 'business',
-      requests: 4,
+      requests: 5,
       errors: 2,
       rate_limited: 0,
-      prompt_tokens: 22,
-      completion_tokens: 14,
+      prompt_tokens: 33,
+      completion_tokens: 21,
     },
-    'the refused call and the unknown model are counted, and billed no tokens',
+    'the streamed call is counted with its tokens; the refused call and the unknown model too, and billed no tokens',
   );
   t.match(
     business.find((r) => r.endpoint === '/v1/embeddings'),
