@@ -16,6 +16,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { addedP99Goal, keptUp, median, roundRatio } from './goals.js';
 import { paced, pooled, saturate, type LoadResult, type Target } from './load.js';
 import { pipelineProfileReport, profileClock, type ProfileWindow } from './profile.js';
 import {
@@ -165,11 +166,6 @@ interface Measured {
   rounds: number[];
 }
 
-/** The middle value (the lower of the two middle ones for an even count). */
-function median<T>(items: T[], key: (item: T) => number): T {
-  return [...items].sort((a, b) => key(a) - key(b))[Math.floor((items.length - 1) / 2)];
-}
-
 const SERVERS: Record<string, ChildProcess> = { upstream: echoUpstream, bare, sovereign, portkey };
 const TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
 /** CPU seconds a process has used so far (utime + stime from /proc). */
@@ -189,8 +185,6 @@ async function measure(name: string, run: () => Promise<LoadResult>): Promise<Re
   const cpuMs = (cpuSeconds(pid) - before) * 1000;
   return { ...result, cpuMs, cpuPerCall: cpuMs / Math.max(1, result.ok) };
 }
-/** The target answered every request of a fixed-rate window, at the rate it was sent. */
-const keptUp = (r: LoadResult, rate: number) => r.failed === 0 && r.rps >= rate * 0.98;
 /** Fixed-rate windows of one target at one rate as one result: every request counts. */
 function pooledResult(windows: Result[]): Result {
   const cpuMs = windows.reduce((n, w) => n + w.cpuMs, 0);
@@ -375,15 +369,10 @@ for (const [mode, byTarget] of results) {
     const list = [...byTarget].map(([name, m]) => `${name} ${m.rounds.map((r) => r.toFixed(0)).join(', ')}`);
     process.stdout.write(`saturation rounds (requests/s): ${list.join('; ')}\n`);
   }
-  /** The median over rounds of ours / theirs in the same round. */
-  const roundRatio = (a: Measured, b: Measured) => {
-    const each = a.rounds.map((rps, i) => rps / b.rounds[i]);
-    return { ratio: median(each, (x) => x), each: each.map((x) => `${x.toFixed(2)}x`).join(', ') };
-  };
   if (ours && theirs) {
-    const { ratio, each } = roundRatio(ours, theirs);
+    const { ratio, each } = roundRatio(ours.rounds, theirs.rounds);
     process.stdout.write(
-      `sovereign / portkey at saturation: ${ratio.toFixed(2)}x requests/s (median of rounds: ${each}), p50 ${ms(ours.saturation.p50)} vs ${ms(theirs.saturation.p50)} ms\n`,
+      `sovereign / portkey at saturation: ${ratio.toFixed(2)}x requests/s (median of rounds: ${each.map((x) => `${x.toFixed(2)}x`).join(', ')}), p50 ${ms(ours.saturation.p50)} vs ${ms(theirs.saturation.p50)} ms\n`,
     );
     goals.push(`${mode}: saturation at least 5x Portkey's: ${ratio >= 5 ? 'met' : 'NOT met'} (${ratio.toFixed(2)}x)`);
   }
@@ -392,7 +381,7 @@ for (const [mode, byTarget] of results) {
     const pipeline = ours.saturation.cpuPerCall - stack.saturation.cpuPerCall;
     process.stdout.write(
       `the pipeline's own CPU per call at saturation (sovereign minus bare): ${pipeline.toFixed(3)} ms` +
-        (theirs ? `; bare / portkey: ${roundRatio(stack, theirs).ratio.toFixed(2)}x requests/s` : '') +
+        (theirs ? `; bare / portkey: ${roundRatio(stack.rounds, theirs.rounds).ratio.toFixed(2)}x requests/s` : '') +
         '\n',
     );
   }
@@ -404,14 +393,10 @@ for (const [mode, byTarget] of results) {
       const r = ours.rates.get(rate);
       const base = floor.rates.get(rate);
       if (!r || !base) continue;
-      const added = r.p99 - base.p99;
-      // Every round measured, and every window kept up, ours and the floor's: a pooled rate could hide a round
-      // that fell behind, and a round not measured would leave the two pooling different moments.
-      const everyRound = (m: Measured) =>
-        m.rateRounds.get(rate)!.length === rounds && m.rateRounds.get(rate)!.every((w) => keptUp(w, rate));
-      const clean = everyRound(ours) && everyRound(floor);
+      const windows = (m: Measured, pooledWindows: Result) => ({ pooled: pooledWindows, rounds: m.rateRounds.get(rate)! });
+      const { added, clean, met } = addedP99Goal(windows(ours, r), windows(floor, base), rate, rounds, limit);
       goals.push(
-        `${mode}: added p99 under ${limit} ms at ${rate}/s: ${added < limit && clean ? 'met' : 'NOT met'} (${ms(added)} ms${clean ? '' : `; a round fell behind or was not measured: ${r.failed} failed, ${r.rps.toFixed(0)}/s over the rounds`})`,
+        `${mode}: added p99 under ${limit} ms at ${rate}/s: ${met ? 'met' : 'NOT met'} (${ms(added)} ms${clean ? '' : `; a round fell behind or was not measured: ${r.failed} failed, ${r.rps.toFixed(0)}/s over the rounds`})`,
       );
     }
   }
