@@ -162,3 +162,42 @@ for (const posture of ['device', 'cloud'] as const) {
     );
   });
 }
+
+/** Opens the burst engine's gate: it goes on once the client has the first turn's text (false if it waited 5 s). */
+let openGate: () => void = () => {};
+let gateOpened: boolean | null = null;
+
+/** Hands on three pieces in one turn (an IBAN cut between two of them), then, once let through, two in another. */
+const burst: ChatEngine = {
+  async chat(_model, _req, { onText, onUsage }) {
+    onText('IBAN SA03 8000 ');
+    onText('0000 6080 1016 7519');
+    // Ends in Arabic letters: no value starts with them, so the scrubber holds none of this turn back.
+    onText(' شكراً');
+    gateOpened = await new Promise<boolean>((resolve) => {
+      openGate = () => resolve(true);
+      setTimeout(() => resolve(false), 5000).unref();
+    });
+    onText(' وهذا');
+    onText(' كل شيء.');
+    const usage = { promptTokens: 1, completionTokens: 5 };
+    onUsage?.(usage);
+    return { content: '', toolCalls: [], finishReason: 'stop', usage };
+  },
+};
+
+t.test('pieces handed on in one turn leave as one event, scrubbed together; nothing waits for the next turn', async (t) => {
+  const { baseURL, secret } = await startStandInApp(t, { burst: { engine: burst } }, { posture: 'device', region: 'sa-dammam-1' });
+  const client = new OpenAI({ apiKey: secret, baseURL, maxRetries: 0 });
+  const stream = await client.chat.completions.create({ model: 'burst', messages: [{ role: 'user', content: 'go' }], stream: true });
+  const contents: string[] = [];
+  for await (const chunk of stream) {
+    const content = chunk.choices[0]?.delta.content;
+    if (!content) continue;
+    contents.push(content);
+    // The first turn's text has arrived while the engine still waits: it was not held for the rest.
+    if (contents.length === 1) openGate();
+  }
+  t.equal(gateOpened, true, 'the first turn’s text reached the client before the engine went on');
+  t.same(contents, ['IBAN [IBAN] شكراً', ' وهذا كل شيء.'], 'one event per turn, the IBAN cut between two pieces scrubbed');
+});

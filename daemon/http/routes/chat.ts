@@ -384,10 +384,21 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       stopGenerating.abort();
     }
   };
-  const passOn = (text: string) => {
-    if (scrubFailure) return;
+  // The pieces an engine hands on in one turn (an upstream's events often come several to a read) are scrubbed and
+  // sent as one: one pass of the streaming scrubber over them and one event, not one each. Nothing waits beyond the
+  // turn: they go at its end, with the events already made in it.
+  let pending = '';
+  const passPending = () => {
+    const text = pending;
+    pending = '';
+    if (!text || scrubFailure) return;
     if (!scrubber) contentChunk(text);
     else scrubbed(() => scrubber.push(text));
+  };
+  const passOn = (text: string) => {
+    if (scrubFailure) return;
+    if (!pending) queueMicrotask(passPending);
+    pending += text;
   };
 
   return new Promise((resolve, reject) => {
@@ -421,6 +432,8 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         }),
       )
       .then((result) => {
+        // Any piece still pending goes first (its microtask was queued before this callback, so this is a guard).
+        passPending();
         // Set first: for an engine that never said it started, the role chunk waits with the rest.
         holding = true;
         start();
@@ -458,6 +471,8 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           reject(err instanceof Error ? err : new Error(String(err)));
           return;
         }
+        // What was made before the failure is sent before its error event, as it would have been at its turn's end.
+        passPending();
         holding = true;
         if (scrubFailure && !gone.aborted) {
           // The message names no value; the answer's remaining text is dropped.
