@@ -1,6 +1,7 @@
 // Which spans of a text are personal data, by type. Saudi national ID and Iqama numbers: ten digits starting with
 // 1 or 2, Luhn-valid. Payment cards: 13–19 digits, Luhn-valid, in a known issuer range with that range's length.
 import { luhnValid } from './checksums.js';
+import { sortInPlace } from './order.js';
 import { digitRuns, mayBeValue, type DigitScan } from './runs.js';
 
 export type RedactionType = 'NATIONAL_ID' | 'IQAMA' | 'IBAN' | 'CARD';
@@ -65,6 +66,10 @@ function classifyValid(d: string): RedactionType | null {
   return cardNetwork(d) ? 'CARD' : null;
 }
 
+const byStart = (x: Redaction, y: Redaction) => x.start - y.start;
+/** The longest reading first; of two as long, the earlier. */
+const longestFirst = (x: Redaction, y: Redaction) => y.value.length - x.value.length || x.start - y.start;
+
 /** National IDs, Iqama numbers and cards in `text` (whose digits `scan` found), non-overlapping, in order. */
 export function findNumbers(text: string, scan: DigitScan = digitRuns(text)): Redaction[] {
   const found: Redaction[] = [];
@@ -84,10 +89,10 @@ export function findNumbers(text: string, scan: DigitScan = digitRuns(text)): Re
     }
     if (!candidates) continue;
     // The longest valid reading wins; the rest must not overlap it.
-    candidates.sort((x, y) => y.value.length - x.value.length || x.start - y.start);
+    sortInPlace(candidates, longestFirst);
     const taken: Redaction[] = [];
     for (const c of candidates) if (taken.every((t) => c.end <= t.start || c.start >= t.end)) taken.push(c);
     found.push(...taken);
   }
-  return found.sort((x, y) => x.start - y.start);
+  return sortInPlace(found, byStart);
 }

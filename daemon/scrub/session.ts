@@ -2,15 +2,18 @@
 // placeholder in every message, and distinct values of a type are told apart ([IBAN], [IBAN_2], …).
 import { findNumbers, type Redaction, type RedactionType } from './detect.js';
 import { findIbans } from './iban.js';
+import { inOrder } from './order.js';
 import { digitRuns } from './runs.js';
 
 export type RedactionCounts = Record<RedactionType, number>;
 
 export const noRedactions = (): RedactionCounts => ({ NATIONAL_ID: 0, IQAMA: 0, IBAN: 0, CARD: 0 });
 
+const startThenLongest = (a: Redaction, b: Redaction) => a.start - b.start || b.end - a.end;
+
 /** Keeps, in order of start, each detection that does not overlap one kept before it (the longer wins a tie). */
 export function resolveOverlaps(detections: Redaction[]): Redaction[] {
-  const all = [...detections].sort((a, b) => a.start - b.start || b.end - a.end);
+  const all = inOrder(detections, startThenLongest) ? detections : [...detections].sort(startThenLongest);
   const kept: Redaction[] = [];
   for (const r of all) if (!kept.length || r.start >= kept[kept.length - 1]!.end) kept.push(r);
   return kept;
