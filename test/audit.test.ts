@@ -147,9 +147,14 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   const first = verifyTool(['--key', join(exported, 'public-key.pem'), '--export', exported, '--state', state]);
   t.equal(first.code, 0, first.out);
   t.match(first.out, /entries: every checkpoint's root recomputed/);
-  const own = cli(['audit', 'verify', '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software' });
+  // With no key file, the software key's public half is trusted, and nothing is left behind for it.
+  const ownTmp = join(work, 'own-tmp');
+  mkdirSync(ownTmp);
+  const own = cli(['audit', 'verify', '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software', TMPDIR: ownTmp });
   t.equal(own.code, 0, own.stdout + own.stderr);
+  t.match(own.stdout, /trusting the public half of \S+audit-signing-key\.pem/);
   t.match(own.stdout, /VERIFIED/);
+  t.same(readdirSync(ownTmp), [], 'audit verify leaves nothing in the temporary directory');
   const earlier = join(work, 'earlier');
   cpSync(exported, earlier, { recursive: true });
 
@@ -206,6 +211,9 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   const wrongKey = cli(['audit', 'verify', '--data-dir', dataDir, '--key', join(work, 'stranger.pem')]);
   t.equal(wrongKey.code, 1);
   t.match(wrongKey.stdout, /FAILED: the log is signed now by key \w+, which is not among the trusted keys/);
+  const missingKey = cli(['audit', 'verify', '--data-dir', dataDir, '--key', join(work, 'no-such-key.pem')]);
+  t.equal(missingKey.code, 2, 'a --key file that cannot be read is a usage error');
+  t.match(missingKey.stderr, /cannot read the public key \S+no-such-key\.pem \(ENOENT\)/);
 
   // The TPM-clock rule, with an attestation key of our own standing in for the TPM's (the real one is exercised in
   // audit-tpm.test.ts): quotes whose clock goes forward pass, a clock that goes back without a reset fails.

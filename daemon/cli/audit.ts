@@ -39,19 +39,33 @@ interface VerifierModule {
   }>;
 }
 
+/** A public key `audit verify` trusts, and where it came from (for the operator to read). */
+interface TrustedKey {
+  source: string;
+  pem: string;
+}
+
 /**
  * The public keys `audit verify` trusts: --key files, else the ones init-tpm wrote to the data directory (the
- * current and any replaced ones), else the public half of the software key when audit.signer is software.
+ * current and any replaced ones), else the public half of the software key when audit.signer is software (derived in
+ * memory: nothing is written for it).
  */
-function trustedKeyFiles(config: Config, given: string[] | undefined): string[] {
-  if (given?.length) return given;
+function trustedKeys(config: Config, given: string[] | undefined): TrustedKey[] {
+  const fromFiles = (files: string[]) =>
+    files.map((file) => {
+      try {
+        return { source: file, pem: readFileSync(file, 'utf8') };
+      } catch (err) {
+        throw new UsageError(`cannot read the public key ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      }
+    });
+  if (given?.length) return fromFiles(given);
   const files = readdirSync(config.dataDir)
     .filter((f) => /^audit-public-key.*\.pem$/.test(f))
     .map((f) => join(config.dataDir, f));
-  if (files.length || config.audit.signer !== 'software' || !existsSync(softwareKeyFile(config))) return files;
-  const derived = join(mkdtempSync(join(tmpdir(), 'sov-key-')), 'software-public-key.pem');
-  writeFileSync(derived, new SoftwareSigner(softwareKeyFile(config)).publicKeyPem);
-  return [derived];
+  if (files.length || config.audit.signer !== 'software' || !existsSync(softwareKeyFile(config))) return fromFiles(files);
+  const keyFile = softwareKeyFile(config);
+  return [{ source: `the public half of ${keyFile}`, pem: new SoftwareSigner(keyFile).publicKeyPem }];
 }
 
 export async function auditCommand(argv: string[]): Promise<number> {
@@ -107,9 +121,9 @@ export async function auditCommand(argv: string[]): Promise<number> {
       const { verify } = (await import(VERIFIER)) as VerifierModule;
       const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as unknown;
       // The keys trusted are files the operator chose, never the keys recorded in the data being checked.
-      const keyFiles = trustedKeyFiles(config, values.key as string[] | undefined);
-      if (!keyFiles.length) throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
-      say(`trusting ${keyFiles.join(', ')}`);
+      const keys = trustedKeys(config, values.key as string[] | undefined);
+      if (!keys.length) throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
+      say(`trusting ${keys.map((k) => k.source).join(', ')}`);
       const akFile = typeof values.ak === 'string' ? values.ak : join(config.dataDir, 'audit-attestation-key.pem');
       const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
       const entries = entriesText
@@ -127,7 +141,7 @@ export async function auditCommand(argv: string[]): Promise<number> {
       }
       try {
         const result = await verify({
-          keyPems: keyFiles.map((f) => readFileSync(f, 'utf8')),
+          keyPems: keys.map((k) => k.pem),
           anchors,
           entries,
           state,
