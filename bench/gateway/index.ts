@@ -1,13 +1,15 @@
 // bench:gateway: what a full sovereign pipeline costs next to a plain gateway, measured side by side in one run.
 //
-// Four targets answer the same chat call (a bilingual prompt holding an IBAN, a national ID and a card number):
+// The targets answer the same chat call (a bilingual prompt holding an IBAN, a national ID and a card number):
 //   1. upstream: an OpenAI-shaped echo server that answers at once (the floor of every gateway);
 //   2. bare: the daemon's stack (fastify over HTTPS, undici) proxying to it with none of the pipeline
 //      (bare-proxy.ts): what any pipeline built on this stack starts from;
 //   3. sovereign: `sovereign serve` in the cloud posture (HTTPS, auth, per-key limits with a high ceiling,
 //      scrubbing of the prompt and the answer, an audit entry flushed to disk before each response, checkpoints
 //      signed every second) routing the model to that upstream;
-//   4. portkey: the Portkey gateway from npm (@portkey-ai/gateway), plain HTTP, routing to the same upstream.
+//   4. portkey: the Portkey gateway from npm (@portkey-ai/gateway), plain HTTP, routing to the same upstream;
+//   5. haproxy, only when asked for (`--targets`): HAProxy, a proxy hop written in C, over HTTPS to the same
+//      upstream (servers.ts): what this machine lets a hop add at all.
 // Each is measured buffered and streamed, at fixed rates (open loop, see load.ts) and at saturation (autocannon).
 // Everything runs in a private network namespace with loopback only (unshare --net), so no process here can reach
 // anything but the others.
@@ -32,6 +34,7 @@ import {
   sovereignSetup,
   spawnServer,
   startEchoUpstream,
+  startHaproxy,
   measuringDone,
   waitFor as waitUntilReady,
   workDir,
@@ -70,6 +73,11 @@ if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a
 const warmup = positive('warmup', values.warmup);
 const connections = Math.ceil(positive('connections', values.connections));
 const targetNames = values.targets.split(',');
+const KNOWN_TARGETS = ['upstream', 'bare', 'sovereign', 'portkey', 'haproxy'];
+for (const name of targetNames)
+  if (!KNOWN_TARGETS.includes(name)) throw new Error(`unknown target '${name}': use ${KNOWN_TARGETS.join(', ')}`);
+if (values.profile && !(targetNames.includes('sovereign') && targetNames.includes('bare')))
+  throw new Error('--profile compares the daemon with the bare proxy: keep sovereign and bare in --targets');
 const modes = values.modes.split(',') as Array<'buffered' | 'streamed'>;
 
 const work = workDir('sov-bench-gateway-');
@@ -77,81 +85,106 @@ const work = workDir('sov-bench-gateway-');
 const journalDir = values['journal-dir'] ? mkdtempSync(join(resolve(values['journal-dir']), 'sov-bench-journal-')) : null;
 if (journalDir) process.on('exit', () => rmSync(journalDir, { recursive: true, force: true }));
 
-// --- the three servers ---
+// --- the servers ---
 const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
 process.stdout.write(
   `bench:gateway: ${rates.join(', ')} requests/s in ${plural(rounds, 'round')} of ${pacedSeconds} s, saturation in ${plural(rounds, 'round')} of ${seconds} s (${connections} connections)\n`,
 );
-const [sovereignPort, portkeyPort, barePort] = [await freePort(), await freePort(), await freePort()];
 const { child: echoUpstream, base: upstreamBase } = await startEchoUpstream();
 const { certFile, keyFile, ca } = certificate(work);
-const { configFile, secret } = sovereignSetup({ dir: work, port: sovereignPort, upstreamBase, certFile, keyFile, journalDir });
+// Only the targets asked for are started: each is a process on the same two cores.
+const wanted = (name: string) => targetNames.includes(name);
+const SERVERS: Record<string, ChildProcess> = { upstream: echoUpstream };
+const TARGETS: Record<string, (stream: boolean) => Target> = {
+  upstream: (stream) => ({ name: 'upstream', url: `${upstreamBase}/chat/completions`, headers: {}, body: chatBody('echo', stream) }),
+};
+const agent = new Agent({ connect: { ca } });
+const waitFor = (url: string, headers: Record<string, string> = {}, ready?: (body: unknown) => boolean) =>
+  waitUntilReady(url, agent, headers, ready);
+const ready: Array<Promise<unknown>> = [];
+
 // --profile DIR: the daemon and the bare proxy each write a V8 CPU profile when they stop (the whole run, warm-ups
 // included), in DIR/sovereign and DIR/bare, so the two can be compared function by function: what the daemon spends
 // and the bare proxy does not is the pipeline. Node refuses --cpu-prof in NODE_OPTIONS, so the daemon is then started
 // as bin/sovereign starts it, with the flag added.
 const profileDir = values.profile ? resolve(values.profile) : null;
 const profileFlags = (name: string) => (profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, name)}`] : []);
-const sovereign = profileDir
-  ? spawnServer('sovereign', process.execPath, [
-      ...HEAP_FLAGS,
-      ...profileFlags('sovereign'),
-      join(ROOT, 'dist', 'cli', 'main.js'),
-      'serve',
-      '--config',
-      configFile,
-    ])
-  : spawnServer('sovereign', BIN, ['serve', '--config', configFile]);
-const sovereignBase = `https://127.0.0.1:${sovereignPort}/v1`;
 
-const portkey = spawnServer(
-  'portkey',
-  process.execPath,
-  [join(ROOT, 'node_modules', '@portkey-ai', 'gateway', 'build', 'start-server.js'), `--port=${portkeyPort}`, '--headless'],
-  {
-    NODE_ENV: 'production',
-  },
-);
-const portkeyBase = `http://127.0.0.1:${portkeyPort}/v1`;
-
-const bare = spawnServer(
-  'the bare proxy',
-  process.execPath,
-  bareProxyArgs(barePort, upstreamBase, certFile, keyFile, profileFlags('bare')),
-  {
-    TS_NODE_TRANSPILE_ONLY: '1',
-  },
-);
-const bareBase = `https://127.0.0.1:${barePort}/v1`;
-
-const agent = new Agent({ connect: { ca } });
-const waitFor = (url: string, headers: Record<string, string> = {}, ready?: (body: unknown) => boolean) =>
-  waitUntilReady(url, agent, headers, ready);
-await waitFor(`${upstreamBase}/models`);
-await waitFor(`http://127.0.0.1:${portkeyPort}/`);
-await waitFor(`https://127.0.0.1:${barePort}/health`);
-const auth = { authorization: `Bearer ${secret}` };
-const health = (await waitFor(`${sovereignBase}/health`, auth, benchModelReady)) as { audit: { entries: number } };
-const entriesBefore = health.audit.entries;
-
-const TARGETS: Record<string, (stream: boolean) => Target> = {
-  upstream: (stream) => ({ name: 'upstream', url: `${upstreamBase}/chat/completions`, headers: {}, body: chatBody('echo', stream) }),
-  bare: (stream) => ({ name: 'bare', url: `${bareBase}/chat/completions`, headers: {}, body: chatBody('bench-chat', stream), ca }),
-  sovereign: (stream) => ({
+let sovereignBase = '';
+let auth: Record<string, string> = {};
+if (wanted('sovereign')) {
+  const port = await freePort();
+  const { configFile, secret } = sovereignSetup({ dir: work, port, upstreamBase, certFile, keyFile, journalDir });
+  SERVERS.sovereign = profileDir
+    ? spawnServer('sovereign', process.execPath, [
+        ...HEAP_FLAGS,
+        ...profileFlags('sovereign'),
+        join(ROOT, 'dist', 'cli', 'main.js'),
+        'serve',
+        '--config',
+        configFile,
+      ])
+    : spawnServer('sovereign', BIN, ['serve', '--config', configFile]);
+  sovereignBase = `https://127.0.0.1:${port}/v1`;
+  auth = { authorization: `Bearer ${secret}` };
+  TARGETS.sovereign = (stream) => ({
     name: 'sovereign',
     url: `${sovereignBase}/chat/completions`,
     headers: auth,
     body: chatBody('bench-chat', stream),
     ca,
-  }),
-  portkey: (stream) => ({
+  });
+}
+if (wanted('portkey')) {
+  const port = await freePort();
+  SERVERS.portkey = spawnServer(
+    'portkey',
+    process.execPath,
+    [join(ROOT, 'node_modules', '@portkey-ai', 'gateway', 'build', 'start-server.js'), `--port=${port}`, '--headless'],
+    {
+      NODE_ENV: 'production',
+    },
+  );
+  const portkeyBase = `http://127.0.0.1:${port}/v1`;
+  ready.push(waitFor(`http://127.0.0.1:${port}/`));
+  TARGETS.portkey = (stream) => ({
     name: 'portkey',
     url: `${portkeyBase}/chat/completions`,
     headers: { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': upstreamBase, authorization: 'Bearer sk-bench-upstream' },
     body: chatBody('echo', stream),
-  }),
-};
-for (const name of targetNames) if (!TARGETS[name]) throw new Error(`unknown target '${name}': use upstream, bare, sovereign, portkey`);
+  });
+}
+if (wanted('bare')) {
+  const port = await freePort();
+  SERVERS.bare = spawnServer(
+    'the bare proxy',
+    process.execPath,
+    bareProxyArgs(port, upstreamBase, certFile, keyFile, profileFlags('bare')),
+    {
+      TS_NODE_TRANSPILE_ONLY: '1',
+    },
+  );
+  const bareBase = `https://127.0.0.1:${port}/v1`;
+  ready.push(waitFor(`https://127.0.0.1:${port}/health`));
+  TARGETS.bare = (stream) => ({ name: 'bare', url: `${bareBase}/chat/completions`, headers: {}, body: chatBody('bench-chat', stream), ca });
+}
+if (wanted('haproxy')) {
+  const port = await freePort();
+  SERVERS.haproxy = startHaproxy(work, port, upstreamBase, certFile, keyFile);
+  const haproxyBase = `https://127.0.0.1:${port}/v1`;
+  ready.push(waitFor(`${haproxyBase}/models`));
+  TARGETS.haproxy = (stream) => ({
+    name: 'haproxy',
+    url: `${haproxyBase}/chat/completions`,
+    headers: {},
+    body: chatBody('echo', stream),
+    ca,
+  });
+}
+await Promise.all([waitFor(`${upstreamBase}/models`), ...ready]);
+const entriesBefore = wanted('sovereign')
+  ? ((await waitFor(`${sovereignBase}/health`, auth, benchModelReady)) as { audit: { entries: number } }).audit.entries
+  : 0;
 
 /** A load result with the target process's CPU time (user and system, every thread): in all, and per answered call, in ms. */
 type Result = LoadResult & { cpuMs: number; cpuPerCall: number };
@@ -166,7 +199,6 @@ interface Measured {
   rounds: number[];
 }
 
-const SERVERS: Record<string, ChildProcess> = { upstream: echoUpstream, bare, sovereign, portkey };
 const TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
 /** CPU seconds a process has used so far (utime + stime from /proc). */
 function cpuSeconds(pid: number): number {
@@ -417,13 +449,17 @@ if (targetNames.includes('sovereign')) {
 }
 if (unanswered.length)
   process.stdout.write(`\nnot measured (the target failed a single call):\n${unanswered.map((u) => `  ${u}`).join('\n')}\n`);
-process.stdout.write(`\ngoals:\n${goals.map((g) => `  ${g}`).join('\n')}\n`);
+process.stdout.write(
+  goals.length
+    ? `\ngoals:\n${goals.map((g) => `  ${g}`).join('\n')}\n`
+    : "\ngoals: none judged (they are sovereign's, against upstream and portkey: keep those in --targets)\n",
+);
 measuringDone();
 await agent.close();
 if (profileDir) {
   // A profile is written as its process exits, so let each stop on its own first.
   await Promise.all(
-    [sovereign, bare]
+    [SERVERS.sovereign, SERVERS.bare]
       .filter((child) => child.exitCode === null)
       .map((child) => {
         const exited = new Promise((r) => child.once('exit', r));
@@ -433,7 +469,9 @@ if (profileDir) {
   );
   process.stdout.write(`\nthe CPU profiles are in ${join(profileDir, 'sovereign')} and ${join(profileDir, 'bare')}\n`);
   if (profileWindows.sovereign.length && profileWindows.bare.length) {
-    process.stdout.write(pipelineProfileReport(profileDir, { sovereign: sovereign.pid!, bare: bare.pid! }, profileWindows, modes[0]));
+    process.stdout.write(
+      pipelineProfileReport(profileDir, { sovereign: SERVERS.sovereign.pid!, bare: SERVERS.bare.pid! }, profileWindows, modes[0]),
+    );
   }
 }
 process.exit(0);

@@ -137,6 +137,41 @@ export async function waitFor(
   }
 }
 
+/**
+ * HAProxy (the distribution's package) in front of the echo upstream, serving the same certificate: one thread, TLS
+ * in, plain HTTP out on reused connections, each request passed through unchanged. A proxy hop written in C, to set
+ * what this machine lets any hop add beside what the bare proxy and the daemon add. Needs `haproxy` on the PATH.
+ */
+export function startHaproxy(dir: string, port: number, upstreamBase: string, certFile: string, keyFile: string): ChildProcess {
+  if (spawnSync('haproxy', ['-v']).error)
+    throw new Error('the haproxy target needs HAProxy on the PATH (on Debian: apt-get install haproxy)');
+  // HAProxy reads the certificate and its key from one file.
+  const pem = join(dir, 'haproxy.pem');
+  writeFileSync(pem, readFileSync(certFile, 'utf8') + readFileSync(keyFile, 'utf8'), { mode: 0o600 });
+  const config = join(dir, 'haproxy.cfg');
+  writeFileSync(
+    config,
+    [
+      'global',
+      '  nbthread 1',
+      'defaults',
+      '  mode http',
+      '  timeout connect 5s',
+      '  timeout client 60s',
+      '  timeout server 60s',
+      'frontend bench',
+      `  bind 127.0.0.1:${port} ssl crt ${pem}`,
+      '  default_backend echo',
+      'backend echo',
+      '  http-reuse always',
+      `  server echo ${new URL(upstreamBase).host}`,
+      '',
+    ].join('\n'),
+  );
+  // -db: in the foreground, so that it is stopped with the bench.
+  return spawnServer('haproxy', 'haproxy', ['-db', '-f', config]);
+}
+
 /** The echo upstream (echo-upstream.ts) on a free port; its OpenAI base URL. */
 export async function startEchoUpstream(): Promise<{ child: ChildProcess; base: string }> {
   const port = await freePort();

@@ -1,0 +1,52 @@
+// npm run bench:gateway as a user runs it, in short windows: only the targets asked for are started and measured
+// (HAProxy, the optional C reference, among them), every row is printed with its failures, and options that cannot
+// work are refused before anything starts. The daemon's and Portkey's figures are the default run's (bench/README.md);
+// here they are left out to keep the test short.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import t from 'tap';
+
+const ROOT = join(import.meta.dirname, '..');
+const LOADER = join(ROOT, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
+
+function bench(args: string[]) {
+  const r = spawnSync(process.execPath, ['--import', LOADER, join(ROOT, 'bench', 'gateway', 'index.ts'), ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1' },
+    timeout: 180_000,
+  });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+const SHORT = ['--rounds', '1', '--rates', '200', '--rate-seconds', '1', '--seconds', '1', '--warmup', '1'];
+
+t.test('the targets asked for, HAProxy among them, buffered and streamed', async (t) => {
+  const run = bench(['--targets', 'upstream,haproxy,bare', '--modes', 'buffered,streamed', ...SHORT]);
+  t.equal(run.code, 0, run.err);
+  for (const mode of ['buffered', 'streamed']) {
+    const table = run.out.slice(run.out.indexOf(`\n${mode}\ntarget`));
+    for (const target of ['upstream', 'haproxy', 'bare'])
+      for (const load of ['200/s', 'saturation']) {
+        // target, load, req/s, p50, p99, (added p50, added p99,) failed, cpu ms/call
+        const row = new RegExp(`^${target} +${load} +(\\d+) +[\\d.]+ +[\\d.]+ +(?:-?[\\d.]+ +-?[\\d.]+ +)?(\\d+) +[\\d.]+$`, 'm').exec(
+          table,
+        );
+        t.ok(row, `${mode} ${target} at ${load} is in the table`);
+        t.equal(row?.[2], '0', `${mode} ${target} at ${load}: no call failed`);
+        t.ok(Number(row?.[1]) > 0, `${mode} ${target} at ${load}: calls were answered`);
+      }
+  }
+  t.notMatch(run.out, /^(sovereign|portkey) /m, 'targets not asked for are not measured');
+  t.match(run.out, /goals: none judged/);
+});
+
+t.test('options that cannot work are refused before anything starts', async (t) => {
+  const unknown = bench(['--targets', 'upstream,nginx']);
+  t.not(unknown.code, 0);
+  t.match(unknown.err, /unknown target 'nginx': use upstream, bare, sovereign, portkey, haproxy/);
+  t.notMatch(unknown.out, /warm-up/);
+  const profile = bench(['--targets', 'upstream,bare', '--profile', join(ROOT, 'never-written')]);
+  t.not(profile.code, 0);
+  t.match(profile.err, /--profile compares the daemon with the bare proxy: keep sovereign and bare in --targets/);
+});
