@@ -60,7 +60,7 @@ function trustedKeys(config: Config, given: string[] | undefined): TrustedKey[] 
       }
     });
   if (given?.length) return fromFiles(given);
-  const files = readdirSync(config.dataDir)
+  const files = (existsSync(config.dataDir) ? readdirSync(config.dataDir) : [])
     .filter((f) => /^audit-public-key.*\.pem$/.test(f))
     .map((f) => join(config.dataDir, f));
   if (files.length || config.audit.signer !== 'software' || !existsSync(softwareKeyFile(config))) return fromFiles(files);
@@ -103,6 +103,11 @@ export async function auditCommand(argv: string[]): Promise<number> {
 
   if (command === 'export' || command === 'verify') {
     if (command === 'export' && typeof values.out !== 'string') throw new UsageError('audit export needs --out DIR');
+    // The keys trusted are files the operator chose, never the keys recorded in the data being checked. Read first,
+    // so that a key that cannot be read stops the check before a long export.
+    const keys = command === 'verify' ? trustedKeys(config, values.key as string[] | undefined) : [];
+    if (command === 'verify' && !keys.length)
+      throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
     const store = openStore(config.dataDir);
     const dir = command === 'export' ? resolve(values.out as string) : mkdtempSync(join(tmpdir(), 'sov-audit-'));
     try {
@@ -120,9 +125,6 @@ export async function auditCommand(argv: string[]): Promise<number> {
       }
       const { verify } = (await import(VERIFIER)) as VerifierModule;
       const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as unknown;
-      // The keys trusted are files the operator chose, never the keys recorded in the data being checked.
-      const keys = trustedKeys(config, values.key as string[] | undefined);
-      if (!keys.length) throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
       say(`trusting ${keys.map((k) => k.source).join(', ')}`);
       const akFile = typeof values.ak === 'string' ? values.ak : join(config.dataDir, 'audit-attestation-key.pem');
       const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
