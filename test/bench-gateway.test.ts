@@ -5,9 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import t from 'tap';
-
-const ROOT = join(import.meta.dirname, '..');
-const LOADER = join(ROOT, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
+import { LOADER, ROOT } from '../bench/gateway/servers.js';
 
 function bench(args: string[]) {
   const r = spawnSync(process.execPath, ['--import', LOADER, join(ROOT, 'bench', 'gateway', 'index.ts'), ...args], {
