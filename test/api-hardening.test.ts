@@ -57,6 +57,81 @@ t.test('a body nobody accepted is not read: the early answer closes the connecti
   t.ok(sent < 64 * 1024 * 1024, `the client could not stream an endless body (${sent} bytes sent)`);
 });
 
+/** Sends a request head, waits for the daemon's early answer, then sends `bodyBytes` of body. */
+async function refusedBody(head: string, bodyBytes: number) {
+  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+  await new Promise((r) => socket.once('connect', r));
+  let reply = '';
+  let error: NodeJS.ErrnoException | undefined;
+  socket.on('data', (d: Buffer) => (reply += d.toString('latin1')));
+  socket.on('error', (e) => (error = e));
+  const closed = new Promise<void>((r) => socket.once('close', () => r()));
+  const opened = Date.now();
+  socket.write(`${head}Content-Type: application/json\r\nContent-Length: ${bodyBytes}\r\n\r\n`);
+  // The answer arrives before any of the body is sent: the daemon has refused it by then.
+  while (!reply.includes('\r\n\r\n') && Date.now() - opened < 5000) await new Promise((r) => setTimeout(r, 10));
+  const chunk = Buffer.alloc(256 * 1024, 0x20);
+  let sent = 0;
+  while (sent < bodyBytes && !error) {
+    const piece = chunk.subarray(0, Math.min(chunk.length, bodyBytes - sent));
+    if (!socket.write(piece)) await new Promise((r) => socket.once('drain', r));
+    sent += piece.length;
+  }
+  socket.end();
+  await Promise.race([closed, new Promise((r) => setTimeout(r, 15_000))]);
+  socket.destroy();
+  return { reply: parseRawHeaders(reply), error, sent };
+}
+
+t.test('a refused body is read to its end before the connection closes, so the client reads the answer', async (t) => {
+  // Closing at once would meet the body's bytes with a reset, which throws away the unread answer (EPIPE or
+  // ECONNRESET on the client's write).
+  const cases: Array<[string, string, number, number, string]> = [
+    [
+      'over the body limit',
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n`,
+      8 << 20,
+      413,
+      'payload_too_large',
+    ],
+    ['no key', 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n', 2 << 20, 401, 'invalid_api_key'],
+  ];
+  for (const [name, head, bytes, status, code] of cases) {
+    const { reply, error, sent } = await refusedBody(head, bytes);
+    t.equal(error?.code, undefined, `${name}: the whole body was taken, with no reset`);
+    t.equal(sent, bytes, `${name}: every byte sent`);
+    t.equal(reply.status, status, name);
+    t.equal(reply.headers.connection, 'close', `${name}: the connection closes after the body`);
+    t.equal(JSON.parse(reply.body).error.code, code, `${name}: the answer is whole`);
+  }
+});
+
+t.test('a refused body that stops arriving is waited for a few seconds, not until the request timeout', async (t) => {
+  // Once the daemon has closed its side entirely, the next bytes the client sends are answered with a reset.
+  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+  await new Promise((r) => socket.once('connect', r));
+  let reply = '';
+  let error: NodeJS.ErrnoException | undefined;
+  socket.on('data', (d: Buffer) => (reply += d.toString('latin1')));
+  socket.on('error', (e) => (error = e));
+  t.teardown(() => socket.destroy());
+  const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n`;
+  socket.write(`${head}Content-Type: application/json\r\nContent-Length: ${8 << 20}\r\n\r\n`);
+  socket.write(Buffer.alloc(1 << 20, 0x20));
+  const sendMoreAfter = async (ms: number) => {
+    await new Promise((r) => setTimeout(r, ms));
+    // The first write draws the reset; the second meets it.
+    for (let i = 0; i < 2; i++) {
+      socket.write(Buffer.alloc(1024, 0x20));
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    return error?.code;
+  };
+  t.equal(await sendMoreAfter(1000), undefined, 'a second after the answer, the daemon still takes the body');
+  t.equal(parseRawHeaders(reply).status, 413);
+  t.match(await sendMoreAfter(5000), /^(ECONNRESET|EPIPE)$/, 'six seconds after it, the connection is gone');
+});
+
 t.test('Expect: 100-continue invites the body only from a caller with a valid key', async (t) => {
   const head = (auth: string) =>
     `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\nExpect: 100-continue\r\n${auth}\r\n`;

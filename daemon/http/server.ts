@@ -11,6 +11,7 @@ import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
 import { clientGone, sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
 import { identifyStage, registerStages, v1Stages, type PipelineDeps } from './pipeline.js';
+import { settleRefusedBody } from './refused-body.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerDocumentRoutes } from './routes/documents.js';
@@ -73,10 +74,10 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   registerStages(app, [identifyStage(deps)]);
   guardServer(app, deps);
 
-  // A response sent before its request body was read (401, 429, 503, 404 on a POST) closes the connection, so the
-  // client cannot make the daemon read and discard a body it never accepted.
+  // A response sent before its request body was read: the body is read and thrown away within bounds, or the
+  // connection closes (refused-body.ts).
   app.addHook('onSend', (request, reply, payload, done) => {
-    if (!request.raw.complete) reply.header('connection', 'close');
+    settleRefusedBody(request, reply);
     done(null, payload);
   });
 
