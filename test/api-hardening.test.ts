@@ -57,22 +57,27 @@ t.test('a body nobody accepted is not read: the early answer closes the connecti
   t.ok(sent < 64 * 1024 * 1024, `the client could not stream an endless body (${sent} bytes sent)`);
 });
 
-/** Sends a request head, waits for the daemon's early answer, then sends `bodyBytes` of body. */
-async function refusedBody(head: string, bodyBytes: number) {
+/** A half-closable connection to the daemon that keeps what it reads and the error its writes meet. */
+async function rawConnection() {
   const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
   await new Promise((r) => socket.once('connect', r));
-  let reply = '';
-  let error: NodeJS.ErrnoException | undefined;
-  socket.on('data', (d: Buffer) => (reply += d.toString('latin1')));
-  socket.on('error', (e) => (error = e));
+  const seen: { reply: string; error?: NodeJS.ErrnoException } = { reply: '' };
+  socket.on('data', (d: Buffer) => (seen.reply += d.toString('latin1')));
+  socket.on('error', (e) => (seen.error = e));
+  return { socket, seen };
+}
+
+/** Sends a request head, waits for the daemon's early answer, then sends `bodyBytes` of body. */
+async function refusedBody(head: string, bodyBytes: number) {
+  const { socket, seen } = await rawConnection();
   const closed = new Promise<void>((r) => socket.once('close', () => r()));
   const opened = Date.now();
   socket.write(`${head}Content-Type: application/json\r\nContent-Length: ${bodyBytes}\r\n\r\n`);
   // The answer arrives before any of the body is sent: the daemon has refused it by then.
-  while (!reply.includes('\r\n\r\n') && Date.now() - opened < 5000) await new Promise((r) => setTimeout(r, 10));
+  while (!seen.reply.includes('\r\n\r\n') && Date.now() - opened < 5000) await new Promise((r) => setTimeout(r, 10));
   const chunk = Buffer.alloc(256 * 1024, 0x20);
   let sent = 0;
-  while (sent < bodyBytes && !error) {
+  while (sent < bodyBytes && !seen.error) {
     const piece = chunk.subarray(0, Math.min(chunk.length, bodyBytes - sent));
     if (!socket.write(piece)) await new Promise((r) => socket.once('drain', r));
     sent += piece.length;
@@ -80,7 +85,7 @@ async function refusedBody(head: string, bodyBytes: number) {
   socket.end();
   await Promise.race([closed, new Promise((r) => setTimeout(r, 15_000))]);
   socket.destroy();
-  return { reply: parseRawHeaders(reply), error, sent };
+  return { reply: parseRawHeaders(seen.reply), error: seen.error, sent };
 }
 
 t.test('a refused body is read to its end before the connection closes, so the client reads the answer', async (t) => {
@@ -108,12 +113,7 @@ t.test('a refused body is read to its end before the connection closes, so the c
 
 t.test('a refused body that stops arriving is waited for a few seconds, not until the request timeout', async (t) => {
   // Once the daemon has closed its side entirely, the next bytes the client sends are answered with a reset.
-  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
-  await new Promise((r) => socket.once('connect', r));
-  let reply = '';
-  let error: NodeJS.ErrnoException | undefined;
-  socket.on('data', (d: Buffer) => (reply += d.toString('latin1')));
-  socket.on('error', (e) => (error = e));
+  const { socket, seen } = await rawConnection();
   t.teardown(() => socket.destroy());
   const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n`;
   socket.write(`${head}Content-Type: application/json\r\nContent-Length: ${8 << 20}\r\n\r\n`);
@@ -125,10 +125,10 @@ t.test('a refused body that stops arriving is waited for a few seconds, not unti
       socket.write(Buffer.alloc(1024, 0x20));
       await new Promise((r) => setTimeout(r, 200));
     }
-    return error?.code;
+    return seen.error?.code;
   };
   t.equal(await sendMoreAfter(1000), undefined, 'a second after the answer, the daemon still takes the body');
-  t.equal(parseRawHeaders(reply).status, 413);
+  t.equal(parseRawHeaders(seen.reply).status, 413);
   t.match(await sendMoreAfter(5000), /^(ECONNRESET|EPIPE)$/, 'six seconds after it, the connection is gone');
 });
 
