@@ -2,6 +2,7 @@
 // odd Expect headers, CONNECT, requests without Host. Raw sockets, since no client library sends these.
 import { writeFileSync } from 'node:fs';
 import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { ID_HEADERS, parseRawHeaders, rawExchange, request } from './helpers/http.js';
@@ -67,48 +68,84 @@ async function rawConnection() {
   return { socket, seen };
 }
 
-/** Sends a request head, waits for the daemon's early answer, then sends `bodyBytes` of body. */
-async function refusedBody(head: string, bodyBytes: number) {
+/** Resolves when the socket can take more, or its writes failed. */
+function writable(socket: net.Socket) {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      socket.off('drain', done);
+      socket.off('error', done);
+      resolve();
+    };
+    socket.on('drain', done);
+    socket.on('error', done);
+  });
+}
+
+/**
+ * Sends a request head, waits for the daemon's early answer, then sends `bodyBytes` of body (in chunks when `chunked`)
+ * and does not end the connection. A second later it writes a few bytes more: a reset answers them only if the daemon
+ * closed the connection once the body was in.
+ */
+async function refusedBody(head: string, bodyBytes: number, chunked = false) {
   const { socket, seen } = await rawConnection();
-  const closed = new Promise<void>((r) => socket.once('close', () => r()));
-  const opened = Date.now();
-  socket.write(`${head}Content-Type: application/json\r\nContent-Length: ${bodyBytes}\r\n\r\n`);
-  // The answer arrives before any of the body is sent: the daemon has refused it by then.
-  while (!seen.reply.includes('\r\n\r\n') && Date.now() - opened < 5000) await new Promise((r) => setTimeout(r, 10));
-  const chunk = Buffer.alloc(256 * 1024, 0x20);
-  let sent = 0;
-  while (sent < bodyBytes && !seen.error) {
-    const piece = chunk.subarray(0, Math.min(chunk.length, bodyBytes - sent));
-    if (!socket.write(piece)) await new Promise((r) => socket.once('drain', r));
-    sent += piece.length;
+  try {
+    const opened = Date.now();
+    const framing = chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${bodyBytes}`;
+    socket.write(`${head}Content-Type: application/json\r\n${framing}\r\n\r\n`);
+    // The answer arrives before any of the body is sent: the daemon has refused it by then.
+    while (!seen.reply.includes('\r\n\r\n') && Date.now() - opened < 5000) await sleep(10);
+    const chunk = Buffer.alloc(256 * 1024, 0x20);
+    const frame = (piece: Buffer) =>
+      chunked ? Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]) : piece;
+    let sent = 0;
+    while (sent < bodyBytes && !seen.error) {
+      const piece = chunk.subarray(0, Math.min(chunk.length, bodyBytes - sent));
+      if (!socket.write(frame(piece))) await writable(socket);
+      sent += piece.length;
+    }
+    if (chunked && !seen.error) socket.write('0\r\n\r\n');
+    const whileSending = { error: seen.error?.code, ms: Date.now() - opened, sent };
+    await sleep(1000);
+    // The first write draws the reset; the second meets it.
+    for (let i = 0; i < 2 && !seen.error; i++) {
+      socket.write('x');
+      await sleep(200);
+    }
+    return { reply: parseRawHeaders(seen.reply), whileSending, afterBody: seen.error?.code };
+  } finally {
+    socket.destroy();
   }
-  socket.end();
-  await Promise.race([closed, new Promise((r) => setTimeout(r, 15_000))]);
-  socket.destroy();
-  return { reply: parseRawHeaders(seen.reply), error: seen.error, sent };
 }
 
 t.test('a refused body is read to its end before the connection closes, so the client reads the answer', async (t) => {
   // Closing at once would meet the body's bytes with a reset, which throws away the unread answer (EPIPE or
   // ECONNRESET on the client's write).
-  const cases: Array<[string, string, number, number, string]> = [
-    [
-      'over the body limit',
-      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n`,
-      8 << 20,
-      413,
-      'payload_too_large',
-    ],
-    ['no key', 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n', 2 << 20, 401, 'invalid_api_key'],
+  const withKey = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n`;
+  const noKey = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n';
+  const cases: Array<[string, string, number, boolean, number, string]> = [
+    ['over the body limit', withKey, 8 << 20, false, 413, 'payload_too_large'],
+    ['no key', noKey, 2 << 20, false, 401, 'invalid_api_key'],
+    ['no key, chunked', noKey, 2 << 20, true, 401, 'invalid_api_key'],
   ];
-  for (const [name, head, bytes, status, code] of cases) {
-    const { reply, error, sent } = await refusedBody(head, bytes);
-    t.equal(error?.code, undefined, `${name}: the whole body was taken, with no reset`);
-    t.equal(sent, bytes, `${name}: every byte sent`);
+  for (const [name, head, bytes, chunked, status, code] of cases) {
+    const { reply, whileSending, afterBody } = await refusedBody(head, bytes, chunked);
+    t.equal(whileSending.error, undefined, `${name}: the whole body was taken, with no reset`);
+    t.equal(whileSending.sent, bytes, `${name}: every byte sent`);
     t.equal(reply.status, status, name);
     t.equal(reply.headers.connection, 'close', `${name}: the connection closes after the body`);
     t.equal(JSON.parse(reply.body).error.code, code, `${name}: the answer is whole`);
+    t.match(afterBody, /^(ECONNRESET|EPIPE)$/, `${name}: closed once the body was in, not seconds later`);
   }
+});
+
+t.test('a refused body without a declared length is cut once 64 MiB have come in', async (t) => {
+  const noKey = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n';
+  const { reply, whileSending } = await refusedBody(noKey, 512 << 20, true);
+  t.equal(reply.status, 401);
+  t.match(whileSending.error, /^(ECONNRESET|EPIPE)$/, 'the connection was cut while the body came in');
+  t.ok(whileSending.sent < 512 << 20, `cut before the end (${whileSending.sent >> 20} MiB sent)`);
+  t.ok(whileSending.sent >= 64 << 20, 'not before 64 MiB');
+  t.ok(whileSending.ms < 4000, `by its size, not by the time it took (${whileSending.ms} ms)`);
 });
 
 t.test('a refused body that stops arriving is waited for a few seconds, not until the request timeout', async (t) => {
