@@ -1,12 +1,12 @@
 // A response sent before its request body was read (401, 413, 415, 429, 503, 404 on a POST) closes the connection,
 // so that the connection never carries a second call and a client cannot make the daemon take in more than a
-// bounded amount of a body it never accepted. But it closes it after the body, not at once: closing a socket with bytes still arriving makes the kernel
-// answer them with a reset, and a reset throws away what the client has not read yet, our response included. The
-// client then sees "connection reset" or EPIPE on its write instead of the error that says what to do (RFC 9112
-// §9.6). So the daemon sends its response and its FIN, reads what is left of the body and throws it away (Node's
-// parser discards a body nobody consumes), and closes once the body is in. A body declared larger than a bound is not
-// waited for: that connection closes at once. One without a declared length (chunked) is cut once that many bytes have
-// come in, and any body still arriving after a few seconds is cut then.
+// bounded amount of a body it never accepted. But it closes it after the body, not at once: closing a socket with
+// bytes still arriving makes the kernel answer them with a reset, and a reset throws away what the client has not
+// read yet, our response included. The client then sees "connection reset" or EPIPE on its write instead of the
+// error that says what to do (RFC 9112 §9.6). So the daemon sends its response and its FIN, reads what is left of
+// the body and throws it away (Node's parser discards a body nobody consumes), and closes once the body is in. A body
+// declared larger than a bound is not waited for: that connection closes at once. One without a declared length
+// (chunked) is cut once that many bytes have come in, and any body still arriving after a few seconds is cut then.
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 

@@ -74,8 +74,8 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   registerStages(app, [identifyStage(deps)]);
   guardServer(app, deps);
 
-  // A response sent before its request body was read: the body is read and thrown away within bounds, or the
-  // connection closes (refused-body.ts).
+  // A response sent before its request body was read closes the connection once the rest of the body, within bounds,
+  // has been read and thrown away (refused-body.ts).
   app.addHook('onSend', (request, reply, payload, done) => {
     settleRefusedBody(request, reply);
     done(null, payload);
