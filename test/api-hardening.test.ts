@@ -82,6 +82,19 @@ function writable(socket: net.Socket) {
 }
 
 /**
+ * Waits `ms`, then writes a byte twice. A connection the daemon has closed answers the first with a reset, which the
+ * second meets: the error's code, or undefined while the daemon still reads.
+ */
+async function writeAfter(socket: net.Socket, seen: { error?: NodeJS.ErrnoException }, ms: number) {
+  await sleep(ms);
+  for (let i = 0; i < 2 && !seen.error; i++) {
+    socket.write('x');
+    await sleep(200);
+  }
+  return seen.error?.code;
+}
+
+/**
  * Sends a request head, waits for the daemon's early answer, then sends `bodyBytes` of body (in chunks when `chunked`)
  * and does not end the connection. A second later it writes a few bytes more: a reset answers them only if the daemon
  * closed the connection once the body was in.
@@ -105,13 +118,8 @@ async function refusedBody(head: string, bodyBytes: number, chunked = false) {
     }
     if (chunked && !seen.error) socket.write('0\r\n\r\n');
     const whileSending = { error: seen.error?.code, ms: Date.now() - opened, sent };
-    await sleep(1000);
-    // The first write draws the reset; the second meets it.
-    for (let i = 0; i < 2 && !seen.error; i++) {
-      socket.write('x');
-      await sleep(200);
-    }
-    return { reply: parseRawHeaders(seen.reply), whileSending, afterBody: seen.error?.code };
+    const afterBody = await writeAfter(socket, seen, 1000);
+    return { reply: parseRawHeaders(seen.reply), whileSending, afterBody };
   } finally {
     socket.destroy();
   }
@@ -155,18 +163,9 @@ t.test('a refused body that stops arriving is waited for a few seconds, not unti
   const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${secret}\r\n`;
   socket.write(`${head}Content-Type: application/json\r\nContent-Length: ${8 << 20}\r\n\r\n`);
   socket.write(Buffer.alloc(1 << 20, 0x20));
-  const sendMoreAfter = async (ms: number) => {
-    await new Promise((r) => setTimeout(r, ms));
-    // The first write draws the reset; the second meets it.
-    for (let i = 0; i < 2; i++) {
-      socket.write(Buffer.alloc(1024, 0x20));
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    return seen.error?.code;
-  };
-  t.equal(await sendMoreAfter(1000), undefined, 'a second after the answer, the daemon still takes the body');
+  t.equal(await writeAfter(socket, seen, 1000), undefined, 'a second after the answer, the daemon still takes the body');
   t.equal(parseRawHeaders(seen.reply).status, 413);
-  t.match(await sendMoreAfter(5000), /^(ECONNRESET|EPIPE)$/, 'six seconds after it, the connection is gone');
+  t.match(await writeAfter(socket, seen, 5000), /^(ECONNRESET|EPIPE)$/, 'six seconds after it, the connection is gone');
 });
 
 t.test('Expect: 100-continue invites the body only from a caller with a valid key', async (t) => {
