@@ -5,6 +5,13 @@ import t from 'tap';
 import { luhnValid, ScrubSession, StreamScrubber } from '../daemon/scrub/index.js';
 import { generator, makeIban, negatives as generatedNegatives, positives as generatedPositives } from './fixtures/scrub-corpus.js';
 
+/**
+ * A text as it is reported: JSON with line and paragraph separators escaped too (JSON.stringify leaves U+2028 and
+ * U+2029 raw, and a raw one in TAP output cuts the report short, so a failure would go unseen).
+ */
+const show = (value: unknown) =>
+  JSON.stringify(value).replace(/[\u2028\u2029\u0085]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 /** Appends the Luhn check digit to a string of digits. */
 function withLuhn(prefix: string): string {
   for (let d = 0; d <= 9; d++) if (luhnValid(prefix + d)) return prefix + d;
@@ -97,7 +104,7 @@ t.test('every positive is replaced by its typed placeholder (recall ≥ 0.99)', 
   for (const [text, expected] of positives) {
     const out = new ScrubSession().scrub(text);
     const ok = expected.every((p) => out.includes(p)) && !/[0-9\u0660-\u0669\u06f0-\u06f9]{6,}/.test(out.replace(/\[[A-Z_0-9]+\]/g, ''));
-    t.ok(ok, `${JSON.stringify(text)} → ${JSON.stringify(out)}`);
+    t.ok(ok, `${show(text)} → ${show(out)}`);
     if (ok) found++;
   }
   const recall = found / positives.length;
@@ -108,7 +115,7 @@ t.test('negatives are left byte-identical (≥ 0.98)', async (t) => {
   let untouched = 0;
   for (const text of negatives) {
     const out = new ScrubSession().scrub(text);
-    t.equal(out, text, JSON.stringify(text));
+    t.equal(out, text, show(text));
     if (out === text) untouched++;
   }
   t.ok(untouched / negatives.length >= 0.98, `untouched ${(untouched / negatives.length).toFixed(3)}`);
@@ -131,7 +138,7 @@ t.test('generated corpus: recall by type and untouched negatives by kind meet th
     const tally = byType.get(type) ?? { found: 0, total: 0 };
     tally.total++;
     if (ok) tally.found++;
-    else misses.push(`${how}: ${JSON.stringify(text)} → ${JSON.stringify(out)}`);
+    else misses.push(`${how}: ${show(text)} → ${show(out)}`);
     byType.set(type, tally);
   }
   for (const miss of misses) t.comment(`missed ${miss}`);
@@ -148,7 +155,7 @@ t.test('generated corpus: recall by type and untouched negatives by kind meet th
     const tally = byKind.get(kind) ?? { untouched: 0, total: 0 };
     tally.total++;
     if (out === text) tally.untouched++;
-    else t.comment(`changed ${kind}: ${JSON.stringify(text)} → ${JSON.stringify(out)}`);
+    else t.comment(`changed ${kind}: ${show(text)} → ${show(out)}`);
     byKind.set(kind, tally);
   }
   const untouched = [...byKind.values()].reduce((n, v) => n + v.untouched, 0);
@@ -212,13 +219,13 @@ t.test('streaming: every split point of every corpus text gives exactly the whol
       cases++;
       const out = streamed([text.slice(0, cut), text.slice(cut)]).text;
       if (out !== whole) {
-        t.fail(`${JSON.stringify(text)} cut at ${cut}: ${JSON.stringify(out)}, expected ${JSON.stringify(whole)}`);
+        t.fail(`${show(text)} cut at ${cut}: ${show(out)}, expected ${show(whole)}`);
         return;
       }
     }
     const byCharacter = streamed(text.split('')).text;
     if (byCharacter !== whole) {
-      t.fail(`${JSON.stringify(text)} one UTF-16 unit at a time: ${JSON.stringify(byCharacter)}`);
+      t.fail(`${show(text)} one UTF-16 unit at a time: ${show(byCharacter)}`);
       return;
     }
   }
@@ -254,7 +261,7 @@ t.test('streaming property: random texts with planted values, cut into random pi
       at += length;
     }
     const out = streamed(pieces).text;
-    if (out !== whole && mismatches++ < 3) t.fail(`${JSON.stringify(pieces)} → ${JSON.stringify(out)}, expected ${JSON.stringify(whole)}`);
+    if (out !== whole && mismatches++ < 3) t.fail(`${show(pieces)} → ${show(out)}, expected ${show(whole)}`);
   }
   t.equal(mismatches, 0, '1500 random texts in random pieces');
 });
@@ -286,7 +293,7 @@ t.test('streaming: IBANs inside long runs of Latin words and digits (no hard bre
       at += length;
     }
     const out = streamed(pieces).text;
-    if (out !== whole && mismatches++ < 3) t.fail(`${JSON.stringify(pieces)} → ${JSON.stringify(out)}, expected ${JSON.stringify(whole)}`);
+    if (out !== whole && mismatches++ < 3) t.fail(`${show(pieces)} → ${show(out)}, expected ${show(whole)}`);
   }
   t.equal(mismatches, 0, '400 texts of words and IBANs without a hard break, in random pieces');
   t.ok(scrubbed > 200, `IBANs found in ${scrubbed} of them`);

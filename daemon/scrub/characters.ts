@@ -1,43 +1,83 @@
-// The characters that matter to matching numbers: decimal digits of every script people write here (with their
-// values), separators people put inside numbers, and characters that are invisible or only steer direction.
-// JavaScript's \d is ASCII-only even with /u, and NFKC does not fold Arabic-Indic digits, so digits are mapped here.
-// Each list below is the single source of the lookup tables the scanners read per character (runs.ts builds the
-// per-unit table both digit-run scanners use from them).
+// The characters that matter to matching numbers: decimal digits of every script (with their values), separators
+// people put inside numbers, line breaks, and characters that are invisible, combine with the one before, or only
+// steer direction. JavaScript's \d is ASCII-only even with /u, and NFKC does not fold Arabic-Indic digits, so digits
+// are mapped here. These lists are the single source of the per-unit tables the digit scan reads (runs.ts).
+import { DECIMAL_DIGIT_RANGES, FOLDED_DIGITS, MARK_RANGES } from './unicode-tables.js';
 
 type Range = readonly [first: number, last: number];
 
-/** First code point (the zero) of each decimal-digit block we read. */
-const DIGIT_ZEROS = [
-  0x0030, // ASCII
-  0x0660, // Arabic-Indic
-  0x06f0, // Extended Arabic-Indic (Persian, Urdu)
-  0x0966, // Devanagari
-  0x09e6, // Bengali
-  0xff10, // fullwidth
-];
-/** Mathematical digits: five consecutive blocks of ten (bold, double-struck, sans-serif, sans-serif bold, monospace). */
-const MATH_DIGITS_START = 0x1d7ce;
-const MATH_DIGITS_END = 0x1d7ff;
+/** How a character takes part in a number. */
+export const OTHER = 0;
+export const DIGIT = 1;
+export const SEPARATOR = 2;
+export const INVISIBLE = 3;
+/** U+066B, the Arabic decimal separator: joins two groups only on its own (see runs.ts). */
+export const ARABIC_DECIMAL = 4;
+/** In the per-unit tables only: a high surrogate whose pair must be read whole (see astralIndex). */
+export const ASTRAL = 5;
+export const LINE_BREAK = 6;
 
-/** Spaces, dashes, minus signs and dots people put between groups of digits. */
+/**
+ * Separators people put between groups of digits: every space character (Unicode Zs), every dash (Pd) and minus
+ * sign, dots, and what people (or attackers) type between digits when a space would be too plain: tab, underscore,
+ * middle dots, U+3000.
+ */
 const SEPARATORS: Range[] = [
+  [0x09, 0x09], // tab
   [0x20, 0x20], // space
   [0xa0, 0xa0], // no-break space
-  [0x202f, 0x202f], // narrow no-break space
+  [0x1680, 0x1680], // ogham space mark
   [0x2000, 0x200a], // en quad … hair space (thin space is 0x2009)
+  [0x202f, 0x202f], // narrow no-break space
+  [0x205f, 0x205f], // medium mathematical space
+  [0x3000, 0x3000], // ideographic space
   [0x2d, 0x2d], // hyphen-minus
+  [0x058a, 0x058a], // Armenian hyphen
+  [0x05be, 0x05be], // Hebrew maqaf
+  [0x1400, 0x1400], // Canadian syllabics hyphen
+  [0x1806, 0x1806], // Mongolian todo soft hyphen
   [0x2010, 0x2015], // hyphen … horizontal bar
-  [0x2212, 0x2212], // minus sign
+  [0x2e17, 0x2e17], // double oblique hyphen
+  [0x2e1a, 0x2e1a], // hyphen with diaeresis
+  [0x2e3a, 0x2e3b], // two- and three-em dash
+  [0x2e40, 0x2e40], // double hyphen
+  [0x2e5d, 0x2e5d], // oblique hyphen
+  [0x301c, 0x301c], // wave dash
+  [0x3030, 0x3030], // wavy dash
+  [0x30a0, 0x30a0], // katakana-hiragana double hyphen
+  [0xfe31, 0xfe32], // vertical dashes
+  [0xfe58, 0xfe58], // small em dash
   [0xfe63, 0xfe63], // small hyphen-minus
   [0xff0d, 0xff0d], // fullwidth hyphen-minus
+  [0x2212, 0x2212], // minus sign
   [0x2e, 0x2e], // full stop
   [0xff0e, 0xff0e], // fullwidth full stop
+  [0x5f, 0x5f], // low line (underscore)
+  [0xff3f, 0xff3f], // fullwidth low line
+  [0xb7, 0xb7], // middle dot
+  [0x2027, 0x2027], // hyphenation point
+  [0x2219, 0x2219], // bullet operator
+  [0x22c5, 0x22c5], // dot operator
+  [0x30fb, 0x30fb], // katakana middle dot
+  [0xff65, 0xff65], // halfwidth katakana middle dot
 ];
+
+/** Line ends: they join groups like a separator, but only one of them between two groups (CR LF counts as one). */
+const LINE_BREAKS: Range[] = [
+  [0x0a, 0x0d], // LF, VT, FF, CR
+  [0x85, 0x85], // next line
+  [0x2028, 0x2029], // line and paragraph separators
+];
+
+/** Decimal points: a group after one of them alone may be a fraction (runs.ts, detect.ts). */
+export const DECIMAL_POINTS: readonly number[] = [0x2e, 0xff0e, 0x066b];
 
 /**
  * Characters that show nothing, or only steer direction: matching sees through them, redaction covers them. This is
  * Unicode's Default_Ignorable_Code_Point set (which includes the bidi marks, zero-width characters, invisible
  * operators, variation selectors and tags), plus tatweel, which stretches Arabic text and means nothing in a number.
+ * Combining marks (MARK_RANGES: accents, enclosing circles, strokes, Arabic harakat) are seen through too: placed
+ * after a digit they change how it looks, not what it is.
  */
 const INVISIBLES: Range[] = [
   [0x00ad, 0x00ad], // soft hyphen
@@ -55,60 +95,72 @@ const INVISIBLES: Range[] = [
   [0xfeff, 0xfeff], // BOM / zero width no-break space
   [0xffa0, 0xffa0], // halfwidth Hangul filler
   [0xfff0, 0xfff8], // unassigned specials
-];
-/** The same above U+FFFF: shorthand format controls, musical symbol formatting, tags and variation selectors. */
-const INVISIBLES_ABOVE_BMP: Range[] = [
-  [0x1bca0, 0x1bca3],
-  [0x1d173, 0x1d17a],
-  [0xe0000, 0xe0fff],
-];
-
-const SEPARATOR = 1;
-const INVISIBLE = 2;
-/** Per BMP code point: its digit value or -1, and whether it is a separator or invisible. */
-const DIGIT_VALUES = new Int8Array(0x10000).fill(-1);
-const KINDS = new Uint8Array(0x10000);
-for (const zero of DIGIT_ZEROS) for (let d = 0; d <= 9; d++) DIGIT_VALUES[zero + d] = d;
-for (const [first, last] of SEPARATORS) for (let cp = first; cp <= last; cp++) KINDS[cp] = KINDS[cp]! | SEPARATOR;
-for (const [first, last] of INVISIBLES) for (let cp = first; cp <= last; cp++) KINDS[cp] = KINDS[cp]! | INVISIBLE;
-
-/** What lies above U+FFFF: the mathematical digits (values repeating every ten from the first) and the invisibles. */
-export const ASTRAL_RANGES: ReadonlyArray<{ first: number; last: number; kind: 'digit' | 'invisible' }> = [
-  { first: MATH_DIGITS_START, last: MATH_DIGITS_END, kind: 'digit' },
-  ...INVISIBLES_ABOVE_BMP.map(([first, last]) => ({ first, last, kind: 'invisible' as const })),
+  [0x1bca0, 0x1bca3], // shorthand format controls
+  [0x1d173, 0x1d17a], // musical symbol formatting
+  [0xe0000, 0xe0fff], // tags, variation selectors supplement
 ];
 
 /**
- * The high surrogates that begin a mathematical digit or an invisible character above U+FFFF, as one-unit strings:
- * the scanners read a surrogate pair whole only when it starts with one of them.
+ * Where a code point above U+FFFF sits in the astral tables, or -1: only planes 1 (supplementary multilingual: digits,
+ * marks, format controls) and 14 (tags, variation selectors) hold characters that matter here.
  */
-export const ASTRAL_HIGH_SURROGATES: readonly string[] = [
-  ...new Set(
-    ASTRAL_RANGES.flatMap(({ first, last }) => {
-      const highs: string[] = [];
-      for (let high = highSurrogateOf(first); high <= highSurrogateOf(last); high++) highs.push(String.fromCharCode(high));
-      return highs;
-    }),
-  ),
-];
+export function astralIndex(cp: number): number {
+  if (cp >= 0x10000 && cp <= 0x1ffff) return cp - 0x10000;
+  if (cp >= 0xe0000 && cp <= 0xeffff) return cp - 0xe0000 + 0x10000;
+  return -1;
+}
 
-function highSurrogateOf(cp: number): number {
-  return 0xd800 + ((cp - 0x10000) >> 10);
+/** Per BMP code point, and per astral index: its kind and, for a digit, its value. */
+export const BMP_KINDS = new Uint8Array(0x10000);
+export const BMP_VALUES = new Int8Array(0x10000).fill(-1);
+export const ASTRAL_KINDS = new Uint8Array(0x20000);
+export const ASTRAL_VALUES = new Int8Array(0x20000).fill(-1);
+
+function mark(cp: number, kind: number, value = -1): void {
+  if (cp <= 0xffff) {
+    BMP_KINDS[cp] = kind;
+    BMP_VALUES[cp] = value;
+    return;
+  }
+  const at = astralIndex(cp);
+  if (at < 0) return;
+  ASTRAL_KINDS[at] = kind;
+  ASTRAL_VALUES[at] = value;
+}
+for (const [first, last] of MARK_RANGES) for (let cp = first; cp <= last; cp++) mark(cp, INVISIBLE);
+for (const [first, last] of INVISIBLES) for (let cp = first; cp <= last; cp++) mark(cp, INVISIBLE);
+for (const [first, last] of SEPARATORS) for (let cp = first; cp <= last; cp++) mark(cp, SEPARATOR);
+for (const [first, last] of LINE_BREAKS) for (let cp = first; cp <= last; cp++) mark(cp, LINE_BREAK);
+mark(0x066b, ARABIC_DECIMAL);
+for (const [first, last] of DECIMAL_DIGIT_RANGES) for (let cp = first; cp <= last; cp++) mark(cp, DIGIT, (cp - first) % 10);
+for (const [cp, value] of FOLDED_DIGITS) mark(cp, DIGIT, value);
+
+/** A code point's kind (OTHER, DIGIT, SEPARATOR, INVISIBLE, ARABIC_DECIMAL or LINE_BREAK). */
+export function kindOf(cp: number): number {
+  if (cp <= 0xffff) return cp >= 0xd800 && cp <= 0xdfff ? OTHER : BMP_KINDS[cp]!;
+  const at = astralIndex(cp);
+  return at < 0 ? OTHER : ASTRAL_KINDS[at]!;
 }
 
 /** The digit's value, or -1 if the code point is not a digit we read. */
 export function digitValue(cp: number): number {
-  if (cp <= 0xffff) return DIGIT_VALUES[cp]!;
-  return cp >= MATH_DIGITS_START && cp <= MATH_DIGITS_END ? (cp - MATH_DIGITS_START) % 10 : -1;
+  if (cp <= 0xffff) return BMP_VALUES[cp]!;
+  const at = astralIndex(cp);
+  return at < 0 ? -1 : ASTRAL_VALUES[at]!;
 }
 
+/** A separator or a line break: what may stand between two groups of a number (or two symbols of an IBAN). */
 export function isSeparator(cp: number): boolean {
-  return cp <= 0xffff && (KINDS[cp]! & SEPARATOR) !== 0;
+  const kind = kindOf(cp);
+  return kind === SEPARATOR || kind === LINE_BREAK;
 }
 
 export function isInvisible(cp: number): boolean {
-  if (cp <= 0xffff) return (KINDS[cp]! & INVISIBLE) !== 0;
-  return INVISIBLES_ABOVE_BMP.some(([first, last]) => cp >= first && cp <= last);
+  return kindOf(cp) === INVISIBLE;
+}
+
+export function isDecimalPoint(unit: number): boolean {
+  return unit === 0x2e || unit === 0xff0e || unit === 0x066b;
 }
 
 /** A Latin letter's place in the alphabet (0 for A), in any case and in fullwidth form; otherwise -1. */

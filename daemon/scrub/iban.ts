@@ -1,11 +1,12 @@
 // IBANs of every country in the ISO 13616 registry: country code, two check digits, and a BBAN of the country's
 // length and shape, mod 97 = 1. Case-insensitive, compact or in groups, digits of any script, invisible characters
-// anywhere. The IBAN must start a word and must not run on into more letters or digits.
+// anywhere, one separator allowed inside the country code. The IBAN must start a word (or follow letters: a label glued
+// on) and must not run on into more digits; letters glued on after it are a word of their own.
 import { codePointBefore, digitValue, isInvisible, isSeparator, latinIndex, latinLetter } from './characters.js';
 import { ibanValid } from './checksums.js';
 import type { Redaction } from './detect.js';
 import { IBAN_REGISTRY } from './iban-registry.js';
-import { digitRuns, type DigitScan } from './runs.js';
+import { scanDigits } from './runs.js';
 
 interface Symbol {
   ch: string;
@@ -100,12 +101,19 @@ function countryCodeBefore(text: string, runStart: number): string {
     else if (isSeparator(cp) && ++separators <= MAX_SEPARATORS) i -= widthOf(cp);
     else break;
   }
-  // Letters as alphabet places, not strings: most runs have none, or two that are no country's code.
+  // Letters as alphabet places, not strings: most runs have none, or two that are no country's code. One separator
+  // may stand between the two ("S A03…"); then the first must begin a word.
   let second = -1;
+  let between = 0;
   for (;;) {
     if (i === 0) return '';
     const cp = codePointBefore(text, i);
     if (second >= 0 && isInvisible(cp)) {
+      i -= widthOf(cp);
+      continue;
+    }
+    if (second >= 0 && between === 0 && isSeparator(cp)) {
+      between++;
       i -= widthOf(cp);
       continue;
     }
@@ -117,6 +125,7 @@ function countryCodeBefore(text: string, runStart: number): string {
       continue;
     }
     if (!IS_COUNTRY[letter * 26 + second]) return '';
+    if (between && i > 0 && latinIndex(codePointBefore(text, i)) >= 0) return '';
     codeStart = i;
     return String.fromCharCode(0x41 + letter, 0x41 + second);
   }
@@ -129,7 +138,7 @@ let readEnd = -1;
 
 /**
  * The `length` letters and digits from `start` as upper-case ASCII, if they are one chain (between two of them only
- * invisible characters and at most two separators) and whatever follows them starts a new word; else null. Read
+ * invisible characters and at most two separators) and no digit follows them directly; else null. Read
  * straight from the text: this runs for every country code found before a digit run.
  */
 function readIban(text: string, start: number, length: number): string | null {
@@ -142,8 +151,9 @@ function readIban(text: string, start: number, length: number): string | null {
     const digit = digitValue(cp);
     const letter = digit >= 0 ? -1 : latinIndex(cp);
     if (digit >= 0 || letter >= 0) {
-      // A letter or digit right after the IBAN's last one runs on into it: not an IBAN.
-      if (value.length === length) return broken || separators > 0 ? value : null;
+      // A digit right after the IBAN's last character runs on into it: not an IBAN. Letters glued on after it
+      // ("…7519SAR") are a word of their own: the IBAN ends where its country's length does.
+      if (value.length === length) return broken || separators > 0 || digit < 0 ? value : null;
       if (value.length > 0 && (broken || separators > MAX_SEPARATORS)) return null;
       value += digit >= 0 ? DIGIT_CHARACTERS[digit]! : LATIN_LETTERS[letter]!;
       readEnd = i + width;
@@ -179,12 +189,14 @@ function mayStartAt(text: string, start: number): boolean {
 
 /**
  * IBANs in `text`. Every IBAN's check digits begin a digit run (a letter ends any run before them), so candidates
- * are looked for only just before the runs `digitRuns` found, and text without digits costs nothing more here.
+ * are looked for only just before the runs the digit scan found (`starts`), and text without digits costs nothing
+ * more here.
  */
-export function findIbans(text: string, scan: DigitScan = digitRuns(text)): Redaction[] {
+export function findIbans(text: string, starts: ArrayLike<number> = scanDigits(text, null)): Redaction[] {
   const found: Redaction[] = [];
   let lastEnd = 0;
-  for (const runStart of scan.starts) {
+  for (let s = 0; s < starts.length; s++) {
+    const runStart = starts[s]!;
     const code = countryCodeBefore(text, runStart);
     const registry = code ? BBAN_PATTERNS.get(code) : undefined;
     const start = codeStart;
@@ -257,14 +269,14 @@ export function openIbanStart(text: string): number {
     const first = stream[p]!;
     // The cheap tests first: a country code's letter, then its check digits (when they have arrived), then its place.
     if (isDigitSymbol(first.ch) || (p + 2 <= last && !isDigitSymbol(stream[p + 2]!.ch)) || !mayStart(stream, p)) continue;
-    // A country code's second letter must follow its first directly.
+    // A country code's second letter follows its first directly or after one separator.
     if (p === last) {
-      if (separators === 0 && COUNTRY_INITIALS.has(first.ch)) return first.start;
+      if (separators <= 1 && COUNTRY_INITIALS.has(first.ch)) return first.start;
       continue;
     }
     const second = stream[p + 1]!;
     const shape = BBAN_PATTERNS.get(first.ch + second.ch);
-    if (!shape || second.separatorsBefore > 0 || last - p + 1 > shape.length) continue;
+    if (!shape || second.separatorsBefore > 1 || last - p + 1 > shape.length) continue;
     let fits = true;
     for (let k = 2; fits && p + k <= last; k++) fits = fitsKind(stream[p + k]!.ch, k < 4 ? 'n' : shape.kinds[k - 4]);
     if (fits) return first.start;

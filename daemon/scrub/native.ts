@@ -1,21 +1,21 @@
-// The native digit-run scanner (native/scrub-scan, built by node-gyp on `npm ci` and `npm run build`): the same
-// scan as runs.ts's JavaScript, in one C pass over the text. It is given this package's character tables,
-// so it knows no list of its own. Without the built addon (or with SOVEREIGN_SCRUB_SCANNER=js) the JavaScript scanner
-// runs instead: the results are the same, only slower.
+// The native run finder (native/scrub-scan, built by node-gyp on `npm ci` and `npm run build`): where runs.ts's scan
+// would find its runs, in one C pass over the text. It is given this package's character tables, so it knows no list
+// of its own. Without the built addon (or with SOVEREIGN_SCRUB_SCANNER=js) the JavaScript scan finds them instead:
+// the results are the same, only slower.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export interface NativeScan {
+  /** Where every run that may be an IBAN's check digits begins. */
   starts: Int32Array;
-  /** Per run: digits offset, usable digits, group count, then per group: from, to, start, end. */
+  /** Where every run of ten digits or more begins. */
   runs: Int32Array;
-  digits: string;
 }
 
 interface Addon {
-  init(kinds: Uint8Array, values: Int8Array, mayPrecedeIban: Uint8Array, astral: Uint32Array): void;
+  init(unitKinds: Uint8Array, mayPrecedeIban: Uint8Array, astralKinds: Uint8Array): void;
   scan(text: string): NativeScan;
 }
 

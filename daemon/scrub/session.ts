@@ -3,7 +3,6 @@
 import { findNumbers, type Redaction, type RedactionType } from './detect.js';
 import { findIbans } from './iban.js';
 import { inOrder } from './order.js';
-import { digitRuns } from './runs.js';
 
 export type RedactionCounts = Record<RedactionType, number>;
 
@@ -20,14 +19,16 @@ export function resolveOverlaps(detections: Redaction[]): Redaction[] {
 }
 
 export class ScrubSession {
-  private readonly placeholders = new Map<string, string>();
+  /** Per type, per value: its placeholder. */
+  private readonly placeholders = new Map<RedactionType, Map<string, string>>();
   private readonly distinct = noRedactions();
   private readonly counted = noRedactions();
 
   /** Every detector's findings in `text`, before overlaps are resolved. Every value has digits: one pass finds them. */
   detect(text: string): Redaction[] {
-    const runs = digitRuns(text);
-    return [...findIbans(text, runs), ...findNumbers(text, runs)];
+    const { numbers, ibanStarts } = findNumbers(text);
+    const ibans = findIbans(text, ibanStarts);
+    return ibans.length ? [...ibans, ...numbers] : numbers;
   }
 
   /** Finds what to redact in `text` (spans in the original, in order, not overlapping). */
@@ -63,12 +64,13 @@ export class ScrubSession {
   }
 
   private placeholderFor(r: Redaction): string {
-    const key = `${r.type}:${r.value}`;
-    let placeholder = this.placeholders.get(key);
+    let byValue = this.placeholders.get(r.type);
+    if (!byValue) this.placeholders.set(r.type, (byValue = new Map<string, string>()));
+    let placeholder = byValue.get(r.value);
     if (!placeholder) {
       const n = ++this.distinct[r.type];
       placeholder = n === 1 ? `[${r.type}]` : `[${r.type}_${n}]`;
-      this.placeholders.set(key, placeholder);
+      byValue.set(r.value, placeholder);
     }
     return placeholder;
   }

@@ -2,9 +2,11 @@
 // could still arrive can change how it is scrubbed; only the tail that might be the start of a value, or part of a
 // digit run that has not ended, is held back. The output, joined, is exactly what scrubbing the whole text at once
 // gives, wherever the pieces were cut.
-import { codePointBefore, digitValue, isInvisible, isSeparator, latinLetter } from './characters.js';
+import { digitValue, isDecimalPoint, isInvisible, isSeparator, latinLetter } from './characters.js';
+import { mayCutBefore } from './detect.js';
 import { openIbanStart } from './iban.js';
-import { openRunStart } from './runs.js';
+import { LABEL_LOOKBACK } from './labels.js';
+import { openRunStart, scanDigits } from './runs.js';
 import { noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
 
 /** Neither joins nor continues a value: after it, matching starts afresh. */
@@ -23,30 +25,32 @@ const DROP_SEARCH = 256;
 
 /**
  * Where a digit run that has not ended can be cut anyway, so that a long run (a table of numbers, a model repeating
- * itself) does not hold the whole answer: at the start of a group with at least KEPT_DIGITS digits after it, so any
- * value that could still include what follows lies wholly after the cut. A group longer than 19 digits is never part
- * of a value, so if the run ends in one, all of it can go. -1 if the run cannot be cut yet.
+ * itself) does not hold the whole answer: at the start of a group with at least KEPT_DIGITS digits from it to the end,
+ * so any value that could still include what follows lies wholly after the cut, and where no structure (a decimal, a
+ * date) can span the cut (detect.ts's mayCutBefore). A group longer than 19 digits is never part of a value, so if the
+ * run ends in one (not after a decimal point, which could still make the group before it a decimal's integer part), all
+ * of it can go. -1 if the run cannot be cut yet.
  */
-function forcedCut(text: string, runStart: number): number {
-  let digits = 0;
-  let lastGroup = 0;
-  let inLastGroup = true;
-  for (let i = text.length; i > runStart;) {
-    const cp = codePointBefore(text, i);
-    i -= cp > 0xffff ? 2 : 1;
-    if (digitValue(cp) < 0) {
-      if (!isInvisible(cp)) inLastGroup = false;
-      continue;
-    }
-    digits++;
-    if (inLastGroup) lastGroup++;
-    let j = i;
-    while (j > runStart && isInvisible(codePointBefore(text, j))) j -= codePointBefore(text, j) > 0xffff ? 2 : 1;
-    const groupStart = j <= runStart || digitValue(codePointBefore(text, j)) < 0;
-    if (groupStart && digits >= KEPT_DIGITS && !inLastGroup) return i;
-    if (groupStart) inLastGroup = false;
-  }
-  return lastGroup > 19 ? text.length : -1;
+function forcedCut(text: string): number {
+  const runStart = openRunStart(text);
+  let cut = -1;
+  let first = true;
+  // The open run is the first in what is read, and comes whole: the held window is far shorter than a buffer of groups.
+  scanDigits(text.slice(runStart), {
+    take(_text, run) {
+      if (!first) return;
+      first = false;
+      for (let g = run.groups - 1; g > 0; g--) {
+        if (run.count - run.from[g]! >= KEPT_DIGITS && mayCutBefore(run, g)) {
+          cut = runStart + run.start[g]!;
+          return;
+        }
+      }
+      const last = run.groups - 1;
+      if (run.count - run.from[last]! > 19 && !isDecimalPoint(run.gap[last]! % 65536)) cut = text.length;
+    },
+  });
+  return cut;
 }
 
 export class StreamScrubber {
@@ -71,7 +75,7 @@ export class StreamScrubber {
     let settled = Math.min(openRunStart(whole), openIbanStart(whole));
     let cut = -1;
     if (whole.length - settled > HOLD_LIMIT) {
-      cut = forcedCut(whole, settled);
+      cut = forcedCut(whole);
       if (cut > settled) settled = cut;
       else if (whole.length - settled > 4 * HOLD_LIMIT) {
         // Over a thousand characters and not forty digits to cut at: invisible characters or separators stuffed into
@@ -145,12 +149,14 @@ export class StreamScrubber {
   /**
    * Drops the passed-on text up to the last point where matching would start afresh and find the same: after a
    * hard break, after a Latin letter (a letter ends any digit run, and what may follow a letter does not depend on
-   * what came before it), after three separators, or at a Latin letter after a separator (a word start); never
-   * inside anything a detector found.
+   * what came before it), after three separators none of them a CR (CR LF is one line break), or at a Latin letter
+   * after a separator (a word start); never inside anything a detector found, and never within LABEL_LOOKBACK of
+   * the passed point, so that what is held can still read its label (and a plus sign) before it.
    */
   private dropSettled(detected: ReturnType<ScrubSession['detect']>): void {
     const w = this.window;
-    for (let r = this.passed; r > 0 && r >= this.passed - DROP_SEARCH; r--) {
+    const from = this.passed - LABEL_LOOKBACK;
+    for (let r = from; r > 0 && r >= from - DROP_SEARCH; r--) {
       const previous = w.charCodeAt(r - 1);
       if (previous >= 0xd800 && previous <= 0xdbff) continue; // never between the halves of a surrogate pair
       const high = r >= 2 ? w.charCodeAt(r - 2) : 0;
@@ -159,7 +165,7 @@ export class StreamScrubber {
         isHardBreak(cp) ||
         latinLetter(cp) !== '' ||
         (isSeparator(previous) && latinLetter(w.charCodeAt(r)) !== '') ||
-        (r >= 3 && isSeparator(previous) && isSeparator(w.charCodeAt(r - 2)) && isSeparator(w.charCodeAt(r - 3)));
+        (r >= 3 && [previous, w.charCodeAt(r - 2), w.charCodeAt(r - 3)].every((unit) => unit !== 0x0d && isSeparator(unit)));
       if (!reset || detected.some((d) => d.start < r && d.end > r)) continue;
       this.window = w.slice(r);
       this.passed -= r;
