@@ -49,6 +49,8 @@ export interface Config {
     maxDocumentsPerKnowledgeBase: number;
     maxUploadBytes: number;
     embeddingModel: string | null;
+    /** How uploaded PDFs are read: in worker threads, each document within a time and a memory budget. */
+    pdf: { workers: number; queue: number; timeoutMs: number; memoryMb: number };
   };
   images: { urlTtlSeconds: number };
   usage: { billingDays: number };
@@ -216,6 +218,16 @@ export const configSchema = {
           type: ['string', 'null'],
           minLength: 1,
           description: 'The embeddings model that indexes documents; null: the first one served, if any.',
+        },
+        pdf: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            workers: positiveInt('PDFs read at once, each in a worker thread of its own; 0: half the cores, 1 to 4.', 0, 64),
+            queue: positiveInt('PDF uploads that may wait for a worker; the next gets 503 server_overloaded.', 0, 10_000),
+            timeoutMs: positiveInt('Time one PDF may take to read, in ms; a slower one is stopped and gets 400.', 100, 3_600_000),
+            memoryMb: positiveInt('Memory one PDF may take while it is read, in MiB; past it the upload gets 413.', 128, 65_536),
+          },
         },
       },
     },

@@ -8,6 +8,7 @@ import type { RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
 import { Bm25Index, bestOf } from './bm25.js';
 import { chunkText, DEFAULT_CHUNKING } from './chunk.js';
+import { DEFAULT_PDF_BUDGET, extractText, PdfWorkers, type DocumentFormat, type PdfBudget } from './extract/index.js';
 import { VectorIndexes, type ChunkText, type Embedder, type VectorLog } from './vectors.js';
 
 export interface DocumentRecord {
@@ -46,6 +47,8 @@ export interface LibraryOptions extends LibraryLimits {
   /** Where the vector graphs are saved (a cache of the vectors stored in lmdb). */
   vectorsDir: string;
   log: VectorLog;
+  /** How uploaded PDFs are read (DEFAULT_PDF_BUDGET when not given). */
+  pdf?: PdfBudget;
 }
 
 export interface SearchResult {
@@ -93,6 +96,7 @@ export class DocumentLibrary {
   /** BM25 indexes being built (new and removed chunks are applied to them as well), and the builds' promises. */
   private readonly partialIndexes = new Map<string, Bm25Index>();
   private readonly building = new Map<string, Promise<Bm25Index>>();
+  private readonly pdfWorkers: PdfWorkers;
   private closing = false;
   /** The next chunk id, taken synchronously so that concurrent ingestions never share one. */
   private nextChunk: number;
@@ -113,6 +117,7 @@ export class DocumentLibrary {
       });
     }
     this.vectors = new VectorIndexes(store, limits.vectorsDir, (kb) => this.liveChunks(kb), limits.log);
+    this.pdfWorkers = new PdfWorkers(limits.pdf ?? DEFAULT_PDF_BUDGET);
   }
 
   /**
@@ -134,11 +139,20 @@ export class DocumentLibrary {
     await Promise.all([lexical, this.vectors.openAll()]);
   }
 
-  /** Stops index builds and saves vector graphs with unsaved changes. */
+  /** Stops index builds and PDF readers, and saves vector graphs with unsaved changes. */
   async close(): Promise<void> {
     this.closing = true;
+    await this.pdfWorkers.close();
     await Promise.allSettled(this.building.values());
     await this.vectors.close();
+  }
+
+  /**
+   * The text of an uploaded file. A PDF is read in a worker thread, within its time and memory budgets (503 when
+   * too many wait); ExtractionError for a file that cannot be used.
+   */
+  extract(bytes: Uint8Array, format: DocumentFormat, signal: AbortSignal): Promise<string> {
+    return format === 'pdf' ? this.pdfWorkers.read(bytes, signal) : extractText(bytes, format);
   }
 
   /** Chunks and stores a scrubbed document; returns its record. */

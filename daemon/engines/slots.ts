@@ -10,6 +10,8 @@ export class Slots {
     private readonly parallel: number,
     private readonly queue: number,
     private readonly label: string,
+    /** What a refused call is told to wait, in seconds. */
+    private readonly retryAfterSeconds = 1,
   ) {}
 
   /** Resolves with a release function once a slot is free; rejects if the queue is full or the caller aborts. */
@@ -25,7 +27,7 @@ export class Slots {
           'server_overloaded',
           `${this.label} is busy with ${this.busy} calls and ${this.waiting.length} waiting. Retry after the number of seconds in Retry-After.`,
           {
-            headers: { 'retry-after': '1' },
+            headers: { 'retry-after': String(this.retryAfterSeconds) },
           },
         ),
       );

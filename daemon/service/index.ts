@@ -117,6 +117,7 @@ export async function startDaemon(
     documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
     vectorsDir: join(config.dataDir, 'vectors'),
     log: app.log,
+    pdf: config.documents.pdf,
   });
   deps.documents = documents;
   const images = new ImageFiles(join(config.dataDir, 'images'), config.images.urlTtlSeconds * 1000, app.log);

@@ -9,6 +9,7 @@ import { restoreReversedNumbers } from './reversed-numbers.js';
 export { ExtractionError } from './extraction-error.js';
 export { repairArabicLines } from './arabic-visual.js';
 export { MAX_PDF_PAGES } from './pdf.js';
+export { DEFAULT_PDF_BUDGET, defaultPdfWorkers, PdfWorkers, type PdfBudget } from './pdf-workers.js';
 export { restoreReversedNumbers } from './reversed-numbers.js';
 
 export type DocumentFormat = 'txt' | 'md' | 'html' | 'pdf';
@@ -50,7 +51,8 @@ export function formatOf(filename: string | null, mimeType: string | null): Docu
 }
 
 /**
- * The plain text of an upload. Throws ExtractionError (message says what is wrong and what to do) for a file that
+ * The plain text of an upload, read in this thread (a PDF too: the daemon reads PDFs through PdfWorkers, which run
+ * this in worker threads). Throws ExtractionError (message says what is wrong and what to do) for a file that
  * is not what it claims (e.g. not a PDF, a damaged/encrypted PDF, text that is not valid UTF-8).
  */
 export async function extractText(bytes: Uint8Array, format: DocumentFormat): Promise<string> {

@@ -2,7 +2,7 @@
 // form (`knowledge_base`, `filename`, `metadata` as a JSON object in a string). The file is read into memory up to
 // documents.maxUploadBytes, its text extracted, and the bytes dropped: the original upload is never stored.
 import type { FastifyRequest } from 'fastify';
-import { extractText, ExtractionError, formatOf } from '../../documents/index.js';
+import { ExtractionError, formatOf, type DocumentFormat } from '../../documents/index.js';
 import { ApiError } from '../../errors/index.js';
 import { readParts } from '../multipart.js';
 
@@ -12,10 +12,13 @@ export interface Upload {
   text: string;
 }
 
+/** The text of a file in a known format (the document library's extract). */
+export type Extract = (bytes: Uint8Array, format: DocumentFormat) => Promise<string>;
+
 const FIELDS = ['knowledge_base', 'filename', 'metadata'];
 
 /** The upload's fields and the text of its file; 400/413/415 in OpenAI's shape for what cannot be used. */
-export async function readUpload(request: FastifyRequest, maxUploadBytes: number): Promise<Upload> {
+export async function readUpload(request: FastifyRequest, maxUploadBytes: number, extract: Extract): Promise<Upload> {
   const { fields, file } = await readParts(request, { fields: FIELDS, maxFileBytes: maxUploadBytes, limitKey: 'documents.maxUploadBytes' });
   const format = formatOf(file.filename || null, file.mimetype || null);
   if (!format) {
@@ -26,10 +29,12 @@ export async function readUpload(request: FastifyRequest, maxUploadBytes: number
     );
   }
   try {
-    const text = await extractText(file.bytes, format);
+    const text = await extract(file.bytes, format);
     return { fields, filename: file.filename || null, text };
   } catch (err) {
-    if (err instanceof ExtractionError) throw new ApiError('invalid_request_error', err.message, { param: 'file' });
+    if (err instanceof ExtractionError) {
+      throw new ApiError(err.status === 413 ? 'payload_too_large' : 'invalid_request_error', err.message, { param: 'file' });
+    }
     throw err;
   }
 }

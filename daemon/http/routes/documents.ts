@@ -157,8 +157,13 @@ function checkIngest(body: unknown): void {
 }
 
 /** A multipart upload's fields and extracted text, checked like the JSON form and scrubbed as stage 7 would. */
-async function uploadedDocument(request: FastifyRequest, deps: PipelineDeps): Promise<IngestBody> {
-  const upload = await readUpload(request, deps.config.documents.maxUploadBytes);
+async function uploadedDocument(
+  request: FastifyRequest,
+  deps: PipelineDeps,
+  library: DocumentLibrary,
+  signal: AbortSignal,
+): Promise<IngestBody> {
+  const upload = await readUpload(request, deps.config.documents.maxUploadBytes, (bytes, format) => library.extract(bytes, format, signal));
   let metadata: unknown;
   if (upload.fields.metadata !== undefined) {
     try {
@@ -205,8 +210,8 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
       if (!request.isMultipart()) checkIngest(request.body);
     });
     scope.post('/documents', { config: { declaration: ingest } }, async (request, reply) => {
-      const body = request.isMultipart() ? await uploadedDocument(request, deps) : (request.body as IngestBody);
       const signal = abortOnDisconnect(request, reply);
+      const body = request.isMultipart() ? await uploadedDocument(request, deps, library(), signal) : (request.body as IngestBody);
       try {
         const started = Date.now();
         const record = await library().add(
