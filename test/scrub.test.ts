@@ -372,3 +372,29 @@ t.test('sovereign scrub: text on stdin, and --jsonl with offsets into the input'
   t.equal(bad.status, 2);
   t.match(bad.stderr, /line 1 is not JSON/);
 });
+
+t.test('pieces read joined (a transcript): a value across pieces is one value, each piece keeps its place', async (t) => {
+  const session = new ScrubSession();
+  t.same(session.scrubPieces(['My ID is 1012', ' 345672 thanks'], ' '), ['My ID is [NATIONAL_ID]', ' thanks']);
+  t.same(session.scrubPieces([' 1012', ' 345', ' 672', ' ok'], ' '), [' [NATIONAL_ID]', '', '', ' ok'], 'a value spoken word by word');
+  t.same(session.scrubPieces(['no values', 'here'], ' '), ['no values', 'here']);
+  // Joined without a joiner, the pieces are exactly the whole text scrubbed, wherever the pieces were cut.
+  const rand = generator(11);
+  const texts = [
+    ...positives.map(([text]) => text),
+    ...generatedPositives()
+      .slice(0, 200)
+      .map((p) => p.text),
+  ];
+  let differing = 0;
+  for (const text of texts) {
+    const pieces: string[] = [];
+    for (let at = 0; at < text.length;) {
+      const length = 1 + rand.next(8);
+      pieces.push(text.slice(at, at + length));
+      at += length;
+    }
+    if (new ScrubSession().scrubPieces(pieces, '').join('') !== new ScrubSession().scrub(text) && differing++ < 3) t.fail(show(pieces));
+  }
+  t.equal(differing, 0, `${texts.length} texts cut into random pieces`);
+});

@@ -15,7 +15,7 @@ import { ApiError } from '../errors/index.js';
 import { healthReport } from '../health/index.js';
 import { KeysError, type KeyView } from '../keys/index.js';
 import { Gcra, planLimits } from '../limits/index.js';
-import { ScrubSession, noRedactions } from '../scrub/index.js';
+import { OFFLOAD_FROM, SCRUB_BODY, ScrubSession, scrubOffLoop } from '../scrub/index.js';
 import type { PipelineDeps } from '../http/pipeline.js';
 import { cookieNames, parseCookies, serializeCookie } from './cookies.js';
 
@@ -544,9 +544,14 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         },
         async (request) => {
           signedIn(request);
+          // As a /v1 call's body would be: a large one off the event loop (daemon/scrub/offload.ts).
+          if (request.call.bodyBytes >= OFFLOAD_FROM) {
+            const { body, session } = await scrubOffLoop('preview', request.body);
+            return { texts: (body as { texts: string[] }).texts, redactions: session.counts() };
+          }
           const session = new ScrubSession();
-          const counts = noRedactions();
-          return { texts: request.body.texts.map((text) => session.scrub(text, counts)), redactions: counts };
+          SCRUB_BODY.preview(request.body, session);
+          return { texts: request.body.texts, redactions: session.counts() };
         },
       );
 

@@ -95,6 +95,11 @@ export interface EmbeddingEngine {
   embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, options?: EmbedOptions): Promise<EmbeddingResult>;
   /** Output width of the model, and whether `dimensions` may shorten it. */
   dimensions(modelId: string): { size: number; shortenable: boolean };
+  /**
+   * The text a token array stands for, in the model's own vocabulary, so that it can be scrubbed like text; absent
+   * where the engine does not know the vocabulary (an upstream's).
+   */
+  detokenize?(modelId: string, tokens: number[]): string;
   queueState?(modelId: string): QueueState | undefined;
 }
 

@@ -11,6 +11,7 @@ export function registerJsonBody(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
     // The audit entry holds the digest of the bytes as received.
     request.call.requestSha256 = sha256Hex(body);
+    request.call.bodyBytes = body.length;
     if (!isUtf8(body)) {
       done(new ApiError('invalid_request_error', 'The request body is not valid UTF-8. Encode the JSON as UTF-8.'), undefined);
       return;

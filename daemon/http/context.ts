@@ -2,7 +2,7 @@
 import type { Principal } from '../auth/index.js';
 import type { KeyQuota } from '../limits/index.js';
 import type { Capability, ServedModel } from '../models/index.js';
-import type { RedactionCounts, ScrubSession } from '../scrub/index.js';
+import type { BodyKind, RedactionCounts, ScrubSession } from '../scrub/index.js';
 
 export interface CallContext {
   /** Set by the authenticate stage on every /v1 route. */
@@ -29,6 +29,8 @@ export interface CallContext {
   outputRedactions: RedactionCounts | null;
   /** SHA-256 (hex) of the raw request body, for the audit entry. */
   requestSha256: string | null;
+  /** The raw request body's size in bytes (a multipart upload's: its extracted text's), to decide where it is scrubbed. */
+  bodyBytes: number;
   /** Set once the call's audit entry has been appended. */
   audited: boolean;
 }
@@ -46,8 +48,8 @@ export interface RouteDeclaration {
   capability?: Capability;
   /** Upper bound of the tokens a call may use, reserved before the engine runs (metered postures). */
   tokens?: (body: unknown, contextTokens: number | undefined) => number;
-  /** Replaces personal data in every text of the body an engine will see, in place, through one session. */
-  scrub?: (body: unknown, session: ScrubSession) => void;
+  /** What the body is, for the scrub stage: every text in it an engine will see is scrubbed (daemon/scrub/requests.ts). */
+  scrub?: BodyKind;
 }
 
 declare module 'fastify' {
@@ -73,6 +75,7 @@ export function newCallContext(): CallContext {
     scrubSession: null,
     outputRedactions: null,
     requestSha256: null,
+    bodyBytes: 0,
     audited: false,
   };
 }

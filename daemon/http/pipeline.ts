@@ -10,7 +10,8 @@
 //      (fastify: parse body, validate against the route schema: 400, 413, 415)
 //   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
 //   6. limit tokens      metered          429 rate_limit_exceeded (tokens), reserved before the engine runs
-//   7. scrub             routes w/ text   500 internal_error if scrubbing fails: nothing reaches the engine
+//   7. scrub             routes w/ text   400 for a field that cannot be scrubbed; 500 internal_error if scrubbing
+//                                         fails: nothing reaches the engine (large bodies: in a worker thread)
 //   8. handler           the engine call
 //   9. settle tokens     metered          when the call ends (even abandoned), the reservation becomes real usage
 //  10. audit             authenticated    entry on disk before the response leaves (X-Audit-Leaf); 503 audit_unavailable
@@ -19,7 +20,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticate, type Principal } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import { ApiError, MESSAGES } from '../errors/index.js';
-import { ScrubSession } from '../scrub/index.js';
+import { OFFLOAD_FROM, SCRUB_BODY, ScrubSession, scrubOffLoop, type BodyKind } from '../scrub/index.js';
 import type { AuditService } from '../audit/index.js';
 import type { DocumentLibrary } from '../documents/index.js';
 import type { KeyRegistry } from '../keys/index.js';
@@ -212,8 +213,8 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       name: 'scrub',
       hook: 'preHandler',
       run(request) {
-        const scrub = declarationOf(request)?.scrub;
-        if (scrub && request.body !== undefined) scrubRequest(request, scrub, request.body);
+        const kind = declarationOf(request)?.scrub;
+        if (kind && request.body !== undefined) return scrubRequest(request, kind, request.body);
       },
     },
   ];
@@ -222,22 +223,38 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
 
 /**
  * Stage 7's work, also for a handler whose texts only exist once it has read them (a multipart upload): replaces
- * personal data in `body` in place and records the session and counts on the call.
+ * personal data in every text of `body` an engine will see and records the session and counts on the call. A body
+ * of OFFLOAD_FROM bytes or more is scrubbed in a worker thread (the promise resolves once `body` holds the scrubbed
+ * texts); a smaller one here and now.
  */
-export function scrubRequest(request: FastifyRequest, scrub: NonNullable<RouteDeclaration['scrub']>, body: unknown): void {
-  const session = new ScrubSession();
-  try {
-    scrub(body, session);
-  } catch (err) {
+export function scrubRequest(request: FastifyRequest, kind: BodyKind, body: unknown): void | Promise<void> {
+  const failed = (err: unknown): never => {
+    // A field refused (a name that holds an ID, a schema nested too deep) is the client's to fix.
+    if (err instanceof ApiError) throw err;
     // Fail closed: a text that could not be checked must not reach a model.
     request.log.error({ err: (err as Error).message }, 'scrubbing failed');
     throw new ApiError(
       'internal_error',
       'Personal-data scrubbing failed, so nothing was sent to the model. Retry; if it persists, report the X-Request-Id.',
     );
+  };
+  const done = (session: ScrubSession) => {
+    request.call.redactions = session.counts();
+    request.call.scrubSession = session;
+  };
+  if (request.call.bodyBytes >= OFFLOAD_FROM) {
+    return scrubOffLoop(kind, body).then(({ body: scrubbed, session }) => {
+      Object.assign(body as object, scrubbed);
+      done(session);
+    }, failed);
   }
-  request.call.redactions = session.counts();
-  request.call.scrubSession = session;
+  const session = new ScrubSession();
+  try {
+    SCRUB_BODY[kind](body, session);
+  } catch (err) {
+    failed(err);
+  }
+  done(session);
 }
 
 /**

@@ -1,7 +1,10 @@
 export { ibanValid, luhnValid } from './checksums.js';
 export { cardNetwork, findNumbers, type Redaction, type RedactionType } from './detect.js';
-export { noRedactions, ScrubSession, type RedactionCounts } from './session.js';
+export { noRedactions, ScrubSession, type RedactionCounts, type SessionState } from './session.js';
+export { JsonPosition } from './json.js';
 export { StreamScrubber } from './stream.js';
 export { findIbans } from './iban.js';
 export { IBAN_REGISTRY } from './iban-registry.js';
 export { scannerKind } from './runs.js';
+export { MAX_METADATA_DEPTH, MAX_SCHEMA_DEPTH, SCRUB_BODY, type BodyKind } from './requests.js';
+export { OFFLOAD_FROM, scrubOffLoop, stopScrubWorker } from './offload.js';

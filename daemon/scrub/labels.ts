@@ -52,7 +52,6 @@ const OTHER_WORDS = new Set([
   'exp',
   'iat',
   'nbf',
-  'at',
   'date',
   'datetime',
   'ms',

@@ -2,6 +2,7 @@
 // placeholder in every message, and distinct values of a type are told apart ([IBAN], [IBAN_2], …).
 import { findNumbers, type Redaction, type RedactionType } from './detect.js';
 import { findIbans } from './iban.js';
+import { JsonPosition } from './json.js';
 import { inOrder } from './order.js';
 
 export type RedactionCounts = Record<RedactionType, number>;
@@ -18,11 +19,34 @@ export function resolveOverlaps(detections: Redaction[]): Redaction[] {
   return kept;
 }
 
+/** A session as plain data: to carry it to another thread and back (offload.ts). */
+export interface SessionState {
+  placeholders: Array<[RedactionType, Array<[value: string, placeholder: string]>]>;
+  distinct: RedactionCounts;
+  counted: RedactionCounts;
+}
+
 export class ScrubSession {
   /** Per type, per value: its placeholder. */
   private readonly placeholders = new Map<RedactionType, Map<string, string>>();
   private readonly distinct = noRedactions();
   private readonly counted = noRedactions();
+
+  static fromState(state: SessionState): ScrubSession {
+    const session = new ScrubSession();
+    for (const [type, entries] of state.placeholders) session.placeholders.set(type, new Map(entries));
+    Object.assign(session.distinct, state.distinct);
+    Object.assign(session.counted, state.counted);
+    return session;
+  }
+
+  state(): SessionState {
+    return {
+      placeholders: [...this.placeholders].map(([type, byValue]) => [type, [...byValue]]),
+      distinct: { ...this.distinct },
+      counted: { ...this.counted },
+    };
+  }
 
   /** Every detector's findings in `text`, before overlaps are resolved. Every value has digits: one pass finds them. */
   detect(text: string): Redaction[] {
@@ -42,19 +66,62 @@ export class ScrubSession {
   }
 
   /**
-   * `text` from `from` to `to` with the given redactions (which must lie inside that range, in order) replaced by
-   * their placeholders, counted into this session and into `tally` if given.
+   * Texts a reader sees joined by `joiner` (a transcript's segments, its words), scrubbed as that joined text: a value
+   * cut across pieces is one value. Each piece keeps its place: a value's placeholder goes in the piece where it
+   * starts, and what it covers of the pieces after is taken out of them.
    */
-  replace(text: string, redactions: Redaction[], from: number, to: number, tally?: RedactionCounts): string {
-    if (!redactions.length) return text.slice(from, to);
+  scrubPieces(pieces: readonly string[], joiner: string, tally?: RedactionCounts): string[] {
+    const joined = pieces.join(joiner);
+    const redactions = this.find(joined);
+    if (!redactions.length) return [...pieces];
+    const placeholders = redactions.map((r) => this.replace(joined, [r], r.start, r.end, tally));
+    const out: string[] = [];
+    let from = 0;
+    let r = 0;
+    for (const piece of pieces) {
+      const to = from + piece.length;
+      while (r < redactions.length && redactions[r]!.end <= from) r++;
+      let text = '';
+      let at = from;
+      for (; r < redactions.length && redactions[r]!.start < to; r++) {
+        const redaction = redactions[r]!;
+        if (redaction.start >= from) text += joined.slice(at, redaction.start) + placeholders[r]!;
+        at = Math.max(at, redaction.end);
+        // A value that goes on into the next piece: its rest is taken out there too.
+        if (redaction.end > to) break;
+      }
+      out.push(text + joined.slice(at, to));
+      from = to + joiner.length;
+    }
+    return out;
+  }
+
+  /** `scrub` for a text that is JSON: a value in a number's place becomes its placeholder as a string (json.ts). */
+  scrubJson(text: string, tally?: RedactionCounts, position?: JsonPosition): string {
+    return this.replace(text, this.find(text), 0, text.length, tally, position ?? new JsonPosition());
+  }
+
+  /**
+   * `text` from `from` to `to` with the given redactions (which must lie inside that range, in order) replaced by
+   * their placeholders, counted into this session and into `tally` if given. With `json`, the JSON position read up
+   * to `from`, the text is JSON: see json.ts.
+   */
+  replace(text: string, redactions: Redaction[], from: number, to: number, tally?: RedactionCounts, json?: JsonPosition): string {
+    if (!redactions.length) {
+      json?.advance(text, from, to);
+      return text.slice(from, to);
+    }
     let out = '';
     let at = from;
     for (const r of redactions) {
-      out += text.slice(at, r.start) + this.placeholderFor(r);
+      json?.advance(text, at, r.end);
+      const placeholder = this.placeholderFor(r);
+      out += text.slice(at, r.start) + (json ? json.place(placeholder) : placeholder);
       at = r.end;
       this.counted[r.type]++;
       if (tally) tally[r.type]++;
     }
+    json?.advance(text, at, to);
     return out + text.slice(at, to);
   }
 

@@ -5,6 +5,7 @@
 import { digitValue, isDecimalPoint, isInvisible, isSeparator, latinLetter } from './characters.js';
 import { mayCutBefore } from './detect.js';
 import { openIbanStart } from './iban.js';
+import type { JsonPosition } from './json.js';
 import { LABEL_LOOKBACK } from './labels.js';
 import { openRunStart, scanDigits } from './runs.js';
 import { noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
@@ -60,10 +61,14 @@ export class StreamScrubber {
   private passed = 0;
   private largestHold = 0;
 
-  /** Placeholders come from `session`; what this stream replaces is also counted into `tally`. */
+  /**
+   * Placeholders come from `session`; what this stream replaces is also counted into `tally`. With `json`, the
+   * answer is JSON (a structured answer): see json.ts.
+   */
   constructor(
     private readonly session: ScrubSession,
     private readonly tally: RedactionCounts = noRedactions(),
+    private readonly json?: JsonPosition,
   ) {}
 
   /** Takes the next piece; returns the scrubbed text that can be passed on now (possibly empty). */
@@ -141,7 +146,7 @@ export class StreamScrubber {
       throw new Error('a value was found across text already passed on');
     }
     const redactions = resolved.filter((r) => r.start >= this.passed && r.end <= to);
-    const out = this.session.replace(this.window, redactions, this.passed, to, this.tally);
+    const out = this.session.replace(this.window, redactions, this.passed, to, this.tally, this.json);
     this.passed = to;
     return out;
   }

@@ -343,6 +343,17 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     const host = this.host(modelId, 'embeddings');
     return { size: host.model.embeddingVectorSize, shortenable: host.shortenable };
   }
+
+  detokenize(modelId: string, tokens: number[]): string {
+    const host = this.host(modelId, 'embeddings');
+    const bad = tokens.find((t) => t >= host.vocabularySize);
+    if (bad !== undefined) {
+      throw new ApiError('invalid_request_error', `Token ${bad} is outside this model's vocabulary of ${host.vocabularySize}.`, {
+        param: 'input',
+      });
+    }
+    return host.model.detokenize(tokens as unknown as Parameters<LlamaModel['detokenize']>[0]);
+  }
 }
 
 /**

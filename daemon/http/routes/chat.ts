@@ -1,5 +1,6 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
 import { createHash } from 'node:crypto';
+import { Ajv, type ValidateFunction } from 'ajv';
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -12,7 +13,7 @@ import {
   type Usage,
 } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
-import { noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
+import { JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
@@ -150,39 +151,87 @@ function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatE
   return { engine, modelId };
 }
 
-/** Every text a chat model will see, all roles: message contents, text parts, tool-call arguments. */
-function scrubChat(raw: unknown, session: ScrubSession): void {
-  const body = raw as ChatBody;
-  for (const m of body.messages) {
-    if (typeof m.content === 'string') m.content = session.scrub(m.content);
-    else for (const part of m.content ?? []) if (typeof part.text === 'string') part.text = session.scrub(part.text);
-    for (const call of m.tool_calls ?? []) call.function.arguments = session.scrub(call.function.arguments);
-  }
-}
-
 /**
  * The model's answer goes through the request's scrubbing session (same placeholders as the prompt) unless the
- * configuration turns answer scrubbing off; what it replaces is counted for the audit entry.
+ * configuration turns answer scrubbing off; what it replaces is counted for the audit entry. A structured answer
+ * (response_format json_object or json_schema) is scrubbed as JSON: a value where JSON has a number becomes its
+ * placeholder as a string, so the answer still parses (scrub/json.ts).
  */
-function answerScrubbing(deps: PipelineDeps, request: FastifyRequest): AnswerScrubbing | null {
+function answerScrubbing(deps: PipelineDeps, request: FastifyRequest<{ Body: ChatBody }>): AnswerScrubbing | null {
   if (!deps.config.scrub.output) return null;
   const tally = noRedactions();
   request.call.outputRedactions = tally;
-  return { session: request.call.scrubSession ?? new ScrubSession(), tally };
+  const format = request.body.response_format;
+  const structured = format?.type === 'json_object' || format?.type === 'json_schema';
+  return {
+    session: request.call.scrubSession ?? new ScrubSession(),
+    tally,
+    json: structured ? new JsonPosition() : null,
+    schema: format?.type === 'json_schema' ? (format.json_schema?.schema ?? null) : null,
+  };
 }
 
 interface AnswerScrubbing {
   session: ScrubSession;
   tally: RedactionCounts;
+  /** Where a structured answer's JSON is, while it is scrubbed; null for text. */
+  json: JsonPosition | null;
+  /** The structured answer's schema, when the client gave one. */
+  schema: Record<string, unknown> | null;
 }
 
+/** Tool-call arguments are JSON: scrubbed as such, whatever the answer's format. */
 function scrubToolCalls(calls: ChatResult['toolCalls'], scrubbing: AnswerScrubbing | null): ChatResult['toolCalls'] {
   if (!scrubbing) return calls;
-  return calls.map((c) => ({ ...c, arguments: scrubbing.session.scrub(c.arguments, scrubbing.tally) }));
+  return calls.map((c) => ({ ...c, arguments: scrubbing.session.scrubJson(c.arguments, scrubbing.tally) }));
+}
+
+/** The buffered answer's content, scrubbed, and checked against its schema when placeholders took numbers' places. */
+function scrubContent(content: string, scrubbing: AnswerScrubbing): string {
+  if (!scrubbing.json) return scrubbing.session.scrub(content, scrubbing.tally);
+  const scrubbed = scrubbing.session.scrubJson(content, scrubbing.tally, scrubbing.json);
+  checkStructured(scrubbed, scrubbing);
+  return scrubbed;
+}
+
+/**
+ * A structured answer in which placeholders took the place of numbers must still match its schema: where the schema
+ * wants a number there, the answer is withheld rather than sent invalid (or with the value).
+ */
+function checkStructured(content: string, scrubbing: AnswerScrubbing): void {
+  if (!scrubbing.json?.quoted || !scrubbing.schema) return;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(content);
+  } catch {
+    return; // Not JSON before it was scrubbed either: nothing the scrubbing changed.
+  }
+  if (matchesSchema(scrubbing.schema, parsed)) return;
+  throw new ApiError(
+    'internal_error',
+    "The model's structured answer held personal data where your schema wants a number, so it was withheld. Retry, or let that field be a string.",
+  );
+}
+
+/** For checking structured answers against their schemas (only when scrubbing changed one). */
+const schemaChecker = new Ajv({ strict: false, allErrors: false, validateFormats: false });
+
+/** Whether `value` matches `schema`; true for a schema the checker cannot read (nothing to hold the answer to). */
+function matchesSchema(schema: Record<string, unknown>, value: unknown): boolean {
+  let validate: ValidateFunction;
+  try {
+    validate = schemaChecker.compile(schema);
+  } catch {
+    return true;
+  } finally {
+    // Compiled schemas are cached by the schema object: each request brings its own.
+    schemaChecker.removeSchema(schema);
+  }
+  return validate(value);
 }
 
 export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
-  const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens, scrub: scrubChat };
+  const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens, scrub: 'chat' };
   v1.post<{ Body: ChatBody }>(
     '/chat/completions',
     { schema: { body: chatCompletionBody }, config: { declaration } },
@@ -206,7 +255,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const work = engine.chat(modelId, chatRequest, new StopCallOptions({ onText: () => {}, stop: gone, onUsage }));
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
-      const content = scrubbing ? scrubbing.session.scrub(result.content, scrubbing.tally) : result.content;
+      const content = scrubbing ? scrubContent(result.content, scrubbing) : result.content;
       const toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
       return {
         id,
@@ -364,11 +413,14 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
     res.end();
   };
   const contentChunk = (content: string) => {
+    if (scrubbing?.schema) structured += content;
     if (content)
       write(`${chunkStart}[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
   };
   // Text that might be the start of a value is held back until the next pieces settle it (never the whole answer).
-  const scrubber = scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally) : null;
+  const scrubber = scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally, scrubbing.json ?? undefined) : null;
+  // A structured answer whose placeholders took numbers' places is checked against its schema once it is whole.
+  let structured = '';
   // If scrubbing the answer fails, generation stops and nothing more of the answer is sent.
   let scrubFailure: Error | null = null;
   // Generation stops when the client goes or scrubbing fails. (One stop fed by the other's event: cheaper per call
@@ -439,6 +491,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         start();
         if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
         if (scrubFailure) throw scrubFailure;
+        if (scrubbing) checkStructured(structured, scrubbing);
         let toolCalls: ChatResult['toolCalls'];
         try {
           toolCalls = scrubToolCalls(result.toolCalls, scrubbing);

@@ -66,27 +66,6 @@ const listQuery = {
   properties: { knowledge_base: knowledgeBase },
 } as const;
 
-/** Every string a stored document keeps: content, filename, and the strings anywhere in metadata. */
-function scrubDocument(raw: unknown, session: ScrubSession): void {
-  const body = raw as IngestBody;
-  body.content = session.scrub(body.content);
-  if (body.filename) body.filename = session.scrub(body.filename);
-  const walk = (value: unknown, depth: number): unknown => {
-    if (depth > 8) throw new ApiError('invalid_request_error', 'metadata is nested too deeply (at most 8 levels).', { param: 'metadata' });
-    if (typeof value === 'string') return session.scrub(value);
-    if (Array.isArray(value)) return value.map((v) => walk(v, depth + 1));
-    if (value && typeof value === 'object')
-      return Object.fromEntries(Object.entries(value).map(([k, v]) => [session.scrub(k), walk(v, depth + 1)]));
-    return value;
-  };
-  if (body.metadata) body.metadata = walk(body.metadata, 0) as Record<string, unknown>;
-}
-
-function scrubQuery(raw: unknown, session: ScrubSession): void {
-  const body = raw as QueryBody;
-  body.query = session.scrub(body.query);
-}
-
 function documentObject(d: DocumentRecord) {
   return {
     id: d.id,
@@ -181,7 +160,8 @@ async function uploadedDocument(
   };
   if (!body.content.trim()) throw new ApiError('invalid_request_error', 'The file has no text to index.', { param: 'file' });
   checkIngest(body);
-  scrubRequest(request, scrubDocument, body);
+  request.call.bodyBytes = Buffer.byteLength(body.content);
+  await scrubRequest(request, 'document', body);
   return body;
 }
 
@@ -190,13 +170,13 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
     if (!deps.documents) throw new ApiError('operation_unavailable', 'This server keeps no documents.');
     return deps.documents;
   };
-  const ingest: RouteDeclaration = { auth: true, scrub: scrubDocument };
+  const ingest: RouteDeclaration = { auth: true, scrub: 'document' };
   // On metered postures the answer's tokens count like a chat call's: the question and the longest answer are
   // reserved up front, and the call settles at what the model really used, passages included (nothing when no model
   // answers). The passages are not reserved: how many fit is only known once they are retrieved.
   const query: RouteDeclaration = {
     auth: true,
-    scrub: scrubQuery,
+    scrub: 'query',
     tokens: (raw) => Buffer.byteLength((raw as QueryBody).query) + ((raw as QueryBody).max_tokens ?? ANSWER_TOKENS),
   };
   const authenticated: RouteDeclaration = { auth: true };

@@ -1,7 +1,8 @@
 // POST /v1/embeddings: OpenAI's shape; float or base64 (little-endian float32, as OpenAI encodes it).
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { EmbeddingEngine } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
-import type { ScrubSession } from '../../scrub/index.js';
+import { ScrubSession } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { abortOnDisconnect } from '../lifetime.js';
@@ -39,15 +40,38 @@ function shorten(vector: Float32Array, size: number): Float32Array {
   return out;
 }
 
-/** String inputs are scrubbed; token arrays are already the model's own tokens and are embedded as sent. */
-function scrubInputs(raw: unknown, session: ScrubSession): void {
-  const body = raw as EmbeddingsBody;
-  if (typeof body.input === 'string') body.input = session.scrub(body.input);
-  else if (body.input.length && typeof body.input[0] === 'string') body.input = (body.input as string[]).map((s) => session.scrub(s));
+/**
+ * The inputs, with each token array read back into text and scrubbed (the scrub stage saw only strings): an array
+ * whose text holds a value is embedded as its scrubbed text, any other as sent. An engine that cannot read tokens back
+ * (an upstream's vocabulary is not known here) cannot have them checked, so they are refused.
+ */
+function scrubbedTokens(
+  engine: EmbeddingEngine,
+  modelId: string,
+  request: FastifyRequest<{ Body: EmbeddingsBody }>,
+): Array<string | number[]> {
+  const inputs = inputsOf(request.body.input);
+  if (inputs.every((input) => typeof input === 'string')) return inputs;
+  if (!engine.detokenize) {
+    throw new ApiError(
+      'invalid_request_error',
+      `Token arrays cannot be checked for personal data before they reach '${modelId}', so they are not accepted for it. Send the input as text.`,
+      { param: 'input' },
+    );
+  }
+  const session = request.call.scrubSession ?? new ScrubSession();
+  const scrubbed = inputs.map((input) => {
+    if (typeof input === 'string') return input;
+    const text = engine.detokenize!(modelId, input);
+    const clean = session.scrub(text);
+    return clean === text ? input : clean;
+  });
+  request.call.redactions = session.counts();
+  return scrubbed;
 }
 
 export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps): void {
-  const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens, scrub: scrubInputs };
+  const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens, scrub: 'embeddings' };
   v1.post<{ Body: EmbeddingsBody }>(
     '/embeddings',
     { schema: { body: embeddingsBody }, config: { declaration } },
@@ -74,7 +98,7 @@ export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps)
           });
         }
       }
-      const work = engine.embed(modelId, inputsOf(request.body.input), abortOnDisconnect(request, reply));
+      const work = engine.embed(modelId, scrubbedTokens(engine, modelId, request), abortOnDisconnect(request, reply));
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       request.call.usedTokens = result.promptTokens;

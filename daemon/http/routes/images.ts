@@ -44,16 +44,11 @@ function parseSize(size: string | undefined): { width: number; height: number } 
   return { width, height };
 }
 
-function scrubPrompt(raw: unknown, session: ScrubSession): void {
-  const body = raw as ImageGenerationBody;
-  body.prompt = session.scrub(body.prompt);
-}
-
 export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
   // A reservation against the key's token limit: the prompt's bytes bound its tokens.
   const declaration: RouteDeclaration = {
     auth: true,
-    scrub: scrubPrompt,
+    scrub: 'image',
     tokens: (body) => Buffer.byteLength((body as ImageGenerationBody).prompt ?? ''),
   };
   v1.post<{ Body: ImageGenerationBody }>(

@@ -4,7 +4,7 @@
 // transcript unless scrub.output is off (a recording can speak an ID aloud).
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import { noRedactions, type ScrubSession } from '../../scrub/index.js';
+import { noRedactions } from '../../scrub/index.js';
 import {
   AudioError,
   decodeWindows,
@@ -78,7 +78,7 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: PipelineDe
         );
       }
       const body = { prompt: fields.prompt ?? '' };
-      scrubRequest(request, (b, session: ScrubSession) => ((b as typeof body).prompt = session.scrub((b as typeof body).prompt)), body);
+      await scrubRequest(request, 'transcription', body);
 
       const signal = abortOnDisconnect(request, reply);
       const windows = decodeWindows(file.bytes, {
@@ -104,10 +104,23 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: PipelineDe
       if (deps.config.scrub.output) {
         const tally = noRedactions();
         const session = request.call.scrubSession!;
+        // Segments and words are read joined (the transcript's text joins its segments with a space): a value spoken
+        // across two of them is one value.
+        const segments = session.scrubPieces(
+          transcript.segments.map((s) => s.text),
+          ' ',
+          tally,
+        );
+        const words =
+          transcript.words &&
+          session.scrubPieces(
+            transcript.words.map((w) => w.word),
+            ' ',
+          );
         transcript = {
           ...transcript,
-          segments: transcript.segments.map((s) => ({ ...s, text: session.scrub(s.text, tally) })),
-          ...(transcript.words ? { words: transcript.words.map((w) => ({ ...w, word: session.scrub(w.word, tally) })) } : {}),
+          segments: transcript.segments.map((s, i) => ({ ...s, text: segments[i]! })),
+          ...(transcript.words && words ? { words: transcript.words.map((w, i) => ({ ...w, word: words[i]! })) } : {}),
         };
         request.call.outputRedactions = tally;
       }
