@@ -6,7 +6,7 @@ import { COMMON_HELP, configFlags, parse, SERVE_OPTIONS, UsageError } from './ar
 export const SERVE_HELP = `Usage: sovereign serve [options]
 
 Runs the daemon in the foreground. On SIGTERM or SIGINT it stops accepting calls, lets in-flight calls finish
-(up to timeouts.shutdownGraceMs) and exits 0.
+(up to timeouts.shutdownGraceMs) and exits 0 as soon as they have. A further signal during the drain is ignored.
 
 Options (override the config file and the environment):
   --posture P         device | appliance | cloud | frontier; also SOVEREIGN_POSTURE
@@ -29,7 +29,14 @@ export async function serveCommand(argv: string[]): Promise<number> {
   if (values.json) process.stdout.write(`${JSON.stringify({ event: 'listening', url: daemon.url, posture: config.posture })}\n`);
 
   return new Promise<number>((resolve) => {
+    let draining = false;
     const stop = (signal: NodeJS.Signals) => {
+      // A signal during the drain changes nothing: the calls in flight keep their grace (docs/architecture.md).
+      if (draining) {
+        daemon.app.log.info({ signal }, 'already draining in-flight calls');
+        return;
+      }
+      draining = true;
       const closing = daemon.close();
       daemon.app.log.info({ signal }, 'draining in-flight calls');
       closing.then(
@@ -40,7 +47,9 @@ export async function serveCommand(argv: string[]): Promise<number> {
         },
       );
     };
-    process.once('SIGTERM', stop);
-    process.once('SIGINT', stop);
+    // Listeners for the life of the process, never `once`: signal-exit 3 (node-llama-cpp → proper-lockfile) kills the
+    // process with the signal again when it finds no other listener, which a `once` listener no longer is by then.
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
   });
 }
