@@ -24,6 +24,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { crc32 } from 'node:zlib';
+import { shortWriteError } from '../store/index.js';
 
 const HEADER = 16;
 /**
@@ -312,7 +313,7 @@ export class AuditJournal {
       write(fd, batch, 0, batch.length, null, (err, written) => {
         if (err) return done(err);
         this.bytes += written;
-        done(written === batch.length ? null : new Error(`the audit journal wrote ${written} of ${batch.length} bytes`));
+        done(written === batch.length ? null : shortWriteError(written, batch.length, 'the audit journal'));
       });
     });
   }

@@ -1,6 +1,7 @@
 // `sovereign serve`: runs the daemon until SIGTERM or SIGINT, then drains in-flight calls and exits 0.
 import { loadConfig } from '../config/index.js';
 import { startDaemon } from '../service/index.js';
+import { describeWriteFailure, writeFailureOf } from '../store/index.js';
 import { COMMON_HELP, configFlags, parse, SERVE_OPTIONS, UsageError } from './args.js';
 
 export const SERVE_HELP = `Usage: sovereign serve [options]
@@ -23,7 +24,10 @@ export async function serveCommand(argv: string[]): Promise<number> {
   }
   if (positionals.length) throw new UsageError(`unexpected argument '${positionals[0]}'`);
   const { config } = loadConfig(configFlags(values));
-  const daemon = await startDaemon(config);
+  const daemon = await startDaemon(config).catch((err: unknown) => {
+    const full = writeFailureOf(err);
+    throw full ? new Error(`cannot start: ${describeWriteFailure(full, (err as Error).message)}, then start again.`) : err;
+  });
   // A closed stdout must not take the daemon down: log lines are dropped instead (see daemon/log).
   process.stdout.on('error', () => {});
   if (values.json) process.stdout.write(`${JSON.stringify({ event: 'listening', url: daemon.url, posture: config.posture })}\n`);

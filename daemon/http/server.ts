@@ -93,6 +93,9 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, config.limits.bodyBytes);
+    // Health says why writes fail until one succeeds again.
+    if (apiError.code === 'storage_unavailable')
+      deps.store?.writes.note(error, `${request.method} ${request.routeOptions.url ?? request.url}`);
     if (clientGone(request)) request.log.info({ code: apiError.code }, 'the client closed the connection before its answer');
     else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, 'unhandled error');
     return sendError(request, reply, apiError);
