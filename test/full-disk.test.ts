@@ -4,10 +4,12 @@
 // (200, degraded) and says what failed; the process lives through it all (lmdb's own promises for failed commits,
 // the usage counts' flushes). Once space is freed the daemon takes calls again by itself, and after a restart every
 // call that was acknowledged with an X-Audit-Leaf is in the log.
+import { spawnSync } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import OpenAI from 'openai';
-import { cli, createKey, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
+import { cli, createKey, ROOT, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
 import { fill, smallDisk, smallDiskUnavailable } from './helpers/small-disk.js';
 
 const unavailable = smallDiskUnavailable();
@@ -157,3 +159,15 @@ t.test(
     t.match(verified.stdout, /VERIFIED/);
   },
 );
+
+t.test("taking in lmdb's failed commits leaves every other unhandled rejection to end the process", async (t) => {
+  const store = join(ROOT, 'dist', 'store', 'index.js');
+  const script = `const { absorbCommitFailures } = await import(${JSON.stringify(store)});
+absorbCommitFailures(() => console.log('absorbed'));
+Promise.reject(new Error('a bug elsewhere'));
+setTimeout(() => console.log('still running'), 500);`;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 });
+  t.equal(r.status, 1, 'the process ends, as without it');
+  t.match(r.stderr, /a bug elsewhere/);
+  t.notMatch(r.stdout, /absorbed|still running/);
+});

@@ -107,9 +107,12 @@ export class AuditService {
     // A full disk stops the log (every call gets 503); once it takes writes again, so does the log.
     this.recovery = setInterval(() => {
       if (!log.stoppedBy) return;
-      void log.recover().then((recovered) => {
-        if (recovered) logger.warn({ entries: log.size }, 'the audit log takes entries again');
-      });
+      log.recover().then(
+        (recovered) => {
+          if (recovered) logger.warn({ entries: log.size }, 'the audit log takes entries again');
+        },
+        (err: Error) => logger.error({ err: err.message }, 'the audit log could not start again; retrying'),
+      );
     }, RECOVERY_MS);
     this.recovery.unref();
   }

@@ -187,7 +187,12 @@ export class AuditJournal {
   /** A new journal file, its name made durable too (fdatasync covers the file, not the directory entry). */
   private create(generation: number): number {
     const fd = openSync(this.file(generation), OPEN_FLAGS, 0o600);
-    syncDirectory(this.dir);
+    try {
+      syncDirectory(this.dir);
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
     return fd;
   }
 
@@ -287,7 +292,15 @@ export class AuditJournal {
 
   /** Writes everything queued, one batch at a time; appends made meanwhile wait for the next batch. */
   private write(): void {
-    if (this.bytes >= ROTATE_BYTES) this.rotate();
+    try {
+      if (this.bytes >= ROTATE_BYTES) this.rotate();
+    } catch (err) {
+      // No new file (a full disk): the journal stops like after a failed write, and every waiting append is told.
+      this.failure ??= err as Error;
+      for (const w of this.waiters.splice(0)) w.reject(this.failure);
+      this.queue = [];
+      return;
+    }
     const records = this.queue;
     const waiters = this.waiters;
     this.queue = [];
@@ -325,9 +338,11 @@ export class AuditJournal {
    */
   private rotate(): void {
     const old = this.file(this.generation);
+    // The new file first: if it cannot be made, the old one stays open and current.
+    const fd = this.create(this.generation + 1);
     closeSync(this.fd);
     this.generation++;
-    this.fd = this.create(this.generation);
+    this.fd = fd;
     this.bytes = 0;
     this.lmdbFlushed()
       .then(() => AuditJournal.discard([old]))
