@@ -4,6 +4,7 @@
 import t from 'tap';
 import type { ChatEngine } from '../daemon/engines/index.js';
 import { startStandInApp } from './helpers/app.js';
+import { fill, smallDisk, smallDiskUnavailable } from './helpers/small-disk.js';
 
 const ANSWER = 'the answer that must not leave unlogged';
 const speaker: ChatEngine = {
@@ -55,6 +56,39 @@ t.test('a streamed call the log cannot record ends with an audit_unavailable eve
   t.equal(events.at(-1), '[DONE]');
   t.match(JSON.parse(events.at(-2)!), { error: { code: 'audit_unavailable' } }, 'the client is told');
 });
+
+t.test(
+  "while the log cannot record (its journal's disk is full), health answers 200, degraded, unlogged; every other call gets 503",
+  { skip: smallDiskUnavailable() ?? false },
+  async (t) => {
+    const disk = await smallDisk(t, 1024 * 1024);
+    const journal = { SOVEREIGN_AUDIT_JOURNAL_DIR: `${disk.here}/journal` };
+    const { baseURL, secret } = await startStandInApp(t, { speaker: { engine: speaker } }, {}, journal, true);
+    const health = () => fetch(`${baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } });
+    const before = await health();
+    t.equal(before.status, 200);
+    t.match(before.headers.get('x-audit-leaf'), /^\d+$/, 'while the log records, health has its entry like any call');
+    await before.text();
+
+    fill(disk.here);
+    // The journal's last page may still take a few entries.
+    let refused: Response | undefined;
+    for (let i = 0; i < 200 && !refused; i++) {
+      const res = await call(baseURL, secret, false);
+      if (res.status === 503) refused = res;
+      else await res.text();
+    }
+    t.match(await refused?.json(), { error: { code: 'audit_unavailable', message: /data disk is full/ } }, 'a call is refused');
+
+    const during = await health();
+    t.equal(during.status, 200, 'health answers');
+    t.equal(during.headers.get('x-audit-leaf'), null, 'without an entry: the log takes none');
+    t.match(await during.json(), { status: 'degraded', audit: { problem: /stopped after a failed write: ENOSPC/ } }, 'and says why');
+    const after = await call(baseURL, secret, false);
+    t.equal(after.status, 503, 'every other call still gets 503');
+    t.match(await after.json(), { error: { code: 'audit_unavailable' } });
+  },
+);
 
 /** Reads a streamed response, noting when each piece arrived. */
 async function piecesOf(res: Response): Promise<Array<{ at: number; text: string }>> {

@@ -67,8 +67,10 @@ export class Checkpointer {
     for (const { value } of this.db.getRange({ reverse: true, limit: 1 })) this.latestCheckpoint = value;
     // Every key that ever signed, by key ID: an export names the key each checkpoint needs.
     const keys = store.db<string>('audit-keys');
-    void keys.put(signer.keyId.toString('hex'), signer.publicKeyPem);
-    if (signer.attestationKeyPem) void keys.put(`${signer.keyId.toString('hex')}:attestation`, signer.attestationKeyPem);
+    // Written again at every start, so one that failed (a full disk) is written at the next.
+    const failed = (err: Error) => options.log.error({ err: err.message }, 'the checkpoint signing key could not be recorded');
+    keys.put(signer.keyId.toString('hex'), signer.publicKeyPem).then(undefined, failed);
+    if (signer.attestationKeyPem) keys.put(`${signer.keyId.toString('hex')}:attestation`, signer.attestationKeyPem).then(undefined, failed);
   }
 
   get origin(): string {

@@ -90,14 +90,32 @@ export function originOf(config: Config): string {
   return config.audit.origin ?? `sovereign/${config.region}`;
 }
 
+/** How often a log stopped by a failed write tries to start again. */
+const RECOVERY_MS = 2_000;
+
 export class AuditService {
+  private readonly recovery: NodeJS.Timeout;
+
   private constructor(
     readonly log: AuditLog,
     readonly checkpoints: Checkpointer | null,
     private readonly region: string,
     private readonly origin: string,
     private readonly signerProblem: string | null,
-  ) {}
+    logger: Logger,
+  ) {
+    // A full disk stops the log (every call gets 503); once it takes writes again, so does the log.
+    this.recovery = setInterval(() => {
+      if (!log.stoppedBy) return;
+      log.recover().then(
+        (recovered) => {
+          if (recovered) logger.warn({ entries: log.size }, 'the audit log takes entries again');
+        },
+        (err: Error) => logger.error({ err: err.message }, 'the audit log could not start again; retrying'),
+      );
+    }, RECOVERY_MS);
+    this.recovery.unref();
+  }
 
   /**
    * Opens the log and the signer the configuration names. Without a usable TPM key the device posture still serves
@@ -126,7 +144,7 @@ export class AuditService {
       : null;
     if (signer?.kind === 'software') log.warn('audit checkpoints are signed by a software key (audit.signer is software), not the TPM');
     checkpoints?.start();
-    return new AuditService(auditLog, checkpoints, config.region, origin, problem);
+    return new AuditService(auditLog, checkpoints, config.region, origin, problem, log);
   }
 
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */
@@ -150,6 +168,7 @@ export class AuditService {
 
   /** Signs a last checkpoint covering every entry. */
   async close(): Promise<void> {
+    clearInterval(this.recovery);
     // The last checkpoint covers every acknowledged call: wait until lmdb has them all readable.
     await this.log.settled().catch(() => {});
     await this.checkpoints?.stop();

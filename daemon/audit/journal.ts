@@ -24,6 +24,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { crc32 } from 'node:zlib';
+import { shortWriteError } from '../store/index.js';
 
 const HEADER = 16;
 /**
@@ -186,7 +187,12 @@ export class AuditJournal {
   /** A new journal file, its name made durable too (fdatasync covers the file, not the directory entry). */
   private create(generation: number): number {
     const fd = openSync(this.file(generation), OPEN_FLAGS, 0o600);
-    syncDirectory(this.dir);
+    try {
+      syncDirectory(this.dir);
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
     return fd;
   }
 
@@ -286,7 +292,15 @@ export class AuditJournal {
 
   /** Writes everything queued, one batch at a time; appends made meanwhile wait for the next batch. */
   private write(): void {
-    if (this.bytes >= ROTATE_BYTES) this.rotate();
+    try {
+      if (this.bytes >= ROTATE_BYTES) this.rotate();
+    } catch (err) {
+      // No new file (a full disk): the journal stops like after a failed write, and every waiting append is told.
+      this.failure ??= err as Error;
+      for (const w of this.waiters.splice(0)) w.reject(this.failure);
+      this.queue = [];
+      return;
+    }
     const records = this.queue;
     const waiters = this.waiters;
     this.queue = [];
@@ -312,7 +326,7 @@ export class AuditJournal {
       write(fd, batch, 0, batch.length, null, (err, written) => {
         if (err) return done(err);
         this.bytes += written;
-        done(written === batch.length ? null : new Error(`the audit journal wrote ${written} of ${batch.length} bytes`));
+        done(written === batch.length ? null : shortWriteError(written, batch.length, 'the audit journal'));
       });
     });
   }
@@ -324,9 +338,11 @@ export class AuditJournal {
    */
   private rotate(): void {
     const old = this.file(this.generation);
+    // The new file first: if it cannot be made, the old one stays open and current.
+    const fd = this.create(this.generation + 1);
     closeSync(this.fd);
     this.generation++;
-    this.fd = this.create(this.generation);
+    this.fd = fd;
     this.bytes = 0;
     this.lmdbFlushed()
       .then(() => AuditJournal.discard([old]))

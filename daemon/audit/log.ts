@@ -7,7 +7,7 @@
 // size is the number of entries both on disk and readable: they are written in order.
 import { dirname, join, resolve } from 'node:path';
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import { probeDirectory, type Store } from '../store/index.js';
 import { AcknowledgedEntries } from './acknowledged.js';
 import { canonicalJson, type Canonical } from './canonical.js';
 import { AuditJournal, JOURNAL_DIRS_FILE, readJournalDirs, writeJournalDirs, type JournalRecord } from './journal.js';
@@ -62,7 +62,7 @@ interface SizeWaiter {
 export class AuditLog {
   private readonly entries: Database<Buffer, number>;
   private readonly nodes: Database<Buffer, number>;
-  private readonly journal: AuditJournal | null = null;
+  private journal: AuditJournal | null = null;
   /** Leaves assigned so far (some may still be committing). */
   private assigned: number;
   /** Leaves on disk and readable from lmdb: what proofs and checkpoints may cover. */
@@ -84,6 +84,10 @@ export class AuditLog {
   private closing = false;
   /** Resolves when every lmdb batch issued so far has committed. */
   private lmdbTail: Promise<void> = Promise.resolve();
+  /** Resolves when every lmdb batch issued so far has committed or failed (the tail stops at the first failure). */
+  private lmdbWrites: Promise<unknown> = Promise.resolve();
+  /** A recovery under way after a failed write. */
+  private recovering: Promise<boolean> | null = null;
   /** settled() callers, each waiting for the log to reach a size. */
   private sizeWaiters: SizeWaiter[] = [];
   /** Set by the first failed write: the in-memory tree no longer matches the disk, so nothing more is appended. */
@@ -93,10 +97,19 @@ export class AuditLog {
 
   constructor(
     private readonly store: Store,
-    options: AuditLogOptions = {},
+    private readonly options: AuditLogOptions = {},
   ) {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
+    this.assigned = this.durable = this.journaled = this.committed = this.load();
+  }
+
+  /**
+   * The log as the disk holds it, as at a start: the journal's entries lmdb lacks put back, a hole cut off, the tree's
+   * right edge read, and a new journal file to append to. Returns the size.
+   */
+  private load(): number {
+    const { store, options } = this;
     let replayed: { files: string[]; from: number } | null = null;
     /** Once the replayed files are gone, the list of journal directories shrinks to this one. */
     let settle: (() => void) | null = null;
@@ -107,7 +120,7 @@ export class AuditLog {
       // A new log's id is kept before any directory bears it.
       if (!known.dirs.length) writeJournalDirs(list, known);
       // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
-      // After a failed write nothing is issued any more, so the file must stay (the next start replays it).
+      // After a failed write nothing is issued any more, so the file must stay (it is replayed).
       const opened = AuditJournal.open(
         dir,
         () => {
@@ -118,20 +131,25 @@ export class AuditLog {
         known,
         (options.formerJournalDirs ?? []).map((d) => resolve(d)),
       );
-      // Named before the journal there takes its first entry (once it could be opened): a crash from here on finds
-      // its files at the next start, whatever audit.journalDir says then.
-      if (!known.dirs.includes(dir)) writeJournalDirs(list, { log: known.log, dirs: [...known.dirs, dir] });
+      try {
+        // Named before the journal there takes its first entry (once it could be opened): a crash from here on finds
+        // its files at the next start, whatever audit.journalDir says then.
+        if (!known.dirs.includes(dir)) writeJournalDirs(list, { log: known.log, dirs: [...known.dirs, dir] });
+        replayed = { files: opened.files, from: this.replay(opened.records) };
+      } catch (err) {
+        void opened.journal.close();
+        throw err;
+      }
       this.journal = opened.journal;
-      replayed = { files: opened.files, from: this.replay(opened.records) };
       if (known.dirs.length !== 1 || known.dirs[0] !== dir) settle = () => writeJournalDirs(list, { log: known.log, dirs: [dir] });
     }
     const size = this.repairTail();
     if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
-    this.assigned = this.durable = this.journaled = this.committed = size;
     this.acknowledged.dropBelow(size);
-    for (let level = 0; 2 ** level <= this.assigned; level++) {
-      if (Math.floor(this.assigned / 2 ** level) % 2 === 1) {
-        this.pending[level] = this.subtree(level, Math.floor(this.assigned / 2 ** level) - 1);
+    this.pending.fill(undefined);
+    for (let level = 0; 2 ** level <= size; level++) {
+      if (Math.floor(size / 2 ** level) % 2 === 1) {
+        this.pending[level] = this.subtree(level, Math.floor(size / 2 ** level) - 1);
       }
     }
     // The replayed files go once lmdb has their entries on disk; until then a crash replays them again. Only then
@@ -148,6 +166,43 @@ export class AuditLog {
         })
         .catch(() => {});
     }
+    return size;
+  }
+
+  /**
+   * After a failed write, starts the log again from what is on disk, as a restart would (load): every acknowledged
+   * entry is in the journal files, and none after a lost one was acknowledged. Resolves true once appends are taken
+   * again, false while the journal's directory or lmdb still refuse a write (the log stays stopped).
+   */
+  recover(): Promise<boolean> {
+    if (!this.failure) return Promise.resolve(true);
+    return (this.recovering ??= this.recoverOnce().finally(() => (this.recovering = null)));
+  }
+
+  private async recoverOnce(): Promise<boolean> {
+    try {
+      if (this.options.journalDir) probeDirectory(resolve(this.options.journalDir));
+    } catch {
+      return false;
+    }
+    if (!this.store.writes.writable()) return false;
+    // Nothing may still be writing what the disk is read from: the journal's last write, lmdb's batches.
+    await this.journal?.close();
+    await this.lmdbWrites;
+    if (this.closing) return false;
+    let size: number;
+    try {
+      size = this.load();
+    } catch {
+      return false;
+    }
+    if (this.batchTimer) clearTimeout(this.batchTimer);
+    this.batchTimer = null;
+    this.unwritten = [];
+    this.lmdbTail = Promise.resolve();
+    this.assigned = this.durable = this.journaled = this.committed = size;
+    this.failure = null;
+    return true;
   }
 
   /** Puts into lmdb the journal's entries it lacks; returns the lowest index put (Infinity if none). */
@@ -197,7 +252,9 @@ export class AuditLog {
   /** append() for an entry its caller has already written as canonical JSON (the daemon's call entries). */
   appendCanonical(json: string): Promise<number> {
     if (this.failure) {
-      return Promise.reject(new Error(`the audit log stopped after a failed write (${this.failure.message}); restart the daemon`));
+      return Promise.reject(
+        new Error(`the audit log stopped after a failed write (${this.failure.message}); it starts again once the disk takes writes`),
+      );
     }
     if (this.closing) return Promise.reject(new Error('the audit log is closed'));
     const bytes = ownBytes(json);
@@ -263,7 +320,8 @@ export class AuditLog {
       committed = Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
     // Handled here at once: a batch after a failed one never gets its own turn in the tail below.
-    committed.catch((err: Error) => this.stop(err));
+    const outcome = committed.catch((err: Error) => this.stop(err));
+    this.lmdbWrites = Promise.all([this.lmdbWrites, outcome]);
     const end = batch[batch.length - 1]!.index + 1;
     // Batches commit in the order they were issued; the tail keeps `committed` moving in that order too.
     this.lmdbTail = this.lmdbTail.then(() =>
@@ -297,6 +355,7 @@ export class AuditLog {
   }
 
   private stop(err: Error): void {
+    if (!this.failure) this.store.writes.note(err, 'the audit log');
     this.failure ??= err;
     for (const w of this.sizeWaiters.splice(0)) w.reject(this.failure);
   }
@@ -321,6 +380,11 @@ export class AuditLog {
   /** Why appends stopped, if they did (for health). */
   get problem(): string | null {
     return this.failure ? `the audit log stopped after a failed write: ${this.failure.message}` : null;
+  }
+
+  /** The failed write that stopped appends, if one did. */
+  get stoppedBy(): Error | null {
+    return this.failure;
   }
 
   /**

@@ -162,10 +162,16 @@ export class VectorIndexes {
 
   /** Records that a knowledge base with vectors got chunks without any (no embeddings model was served then). */
   async markIncomplete(kb: string): Promise<void> {
-    const record = this.records.get(kb);
-    if (record && !record.incomplete) await this.records.put(kb, { ...record, incomplete: true });
     const graph = this.graphs.get(kb);
     if (graph) graph.incomplete = true;
+    const record = this.records.get(kb);
+    // The document is stored already: a mark that cannot be written (a full disk) must not fail its call. The graph
+    // in memory is marked, and caught up at its next use; only a restart before then forgets the mark.
+    if (record && !record.incomplete) {
+      await this.records
+        .put(kb, { ...record, incomplete: true })
+        .catch((err: Error) => this.log.warn({ knowledgeBase: kb, err: err.message }, 'could not mark the vector index incomplete'));
+    }
   }
 
   /** Deletes the vectors of removed chunks: call inside the transaction that removes the chunks. */
@@ -372,8 +378,15 @@ export class VectorIndexes {
     const path = this.fileOf(kb);
     const temporary = `${path}.tmp`;
     rmSync(temporary, { force: true });
-    await graph.index.writeIndex(temporary);
-    const sha256 = await fileSha256(temporary);
+    let sha256: string;
+    try {
+      await graph.index.writeIndex(temporary);
+      sha256 = await fileSha256(temporary);
+    } catch (err) {
+      // A partial file (a full disk) would only take more of the space that is missing.
+      rmSync(temporary, { force: true });
+      throw err;
+    }
     renameSync(temporary, path);
     const record = this.records.get(kb);
     if (record) await this.records.put(kb, { ...record, sha256, incomplete: graph.incomplete });

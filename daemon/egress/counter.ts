@@ -41,7 +41,11 @@ export class EgressCounter {
       lastRefusedAt: new Date().toISOString(),
     };
     this.sinceBoot++;
-    this.db.putSync(KEY, this.stored);
+    try {
+      this.db.putSync(KEY, this.stored);
+    } catch {
+      // A full disk: the count stays in memory (health shows it) and is written with the next refusal that can be.
+    }
   }
 
   counts(): EgressCounts {

@@ -20,6 +20,7 @@ export const ERRORS = {
   model_not_ready: { status: 503, type: 'server_error' },
   server_overloaded: { status: 503, type: 'server_error' },
   audit_unavailable: { status: 503, type: 'server_error' },
+  storage_unavailable: { status: 503, type: 'server_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -7,6 +7,7 @@ import type { ModelCatalog, Readiness } from '../models/index.js';
 import type { AuditHealth, AuditService } from '../audit/index.js';
 import type { EgressHealth, EgressService } from '../egress/index.js';
 import type { BootReport } from '../service/boots.js';
+import type { WriteHealth } from '../store/index.js';
 
 export interface HealthReport {
   status: 'ok' | 'degraded';
@@ -38,6 +39,11 @@ export interface HealthReport {
   limiter?: { store: 'memory' | 'redis'; problem: string | null };
   /** Sealed postures only: outbound attempts refused, and the kernel's egress count under systemd. */
   egress?: EgressHealth;
+  /**
+   * Whether the data directory takes writes: while it does not (a full disk), calls that must write get 503
+   * storage_unavailable, and `problem` says what failed, why and what to do, `since` since when.
+   */
+  storage?: { writable: boolean; problem: string | null; since: string | null };
   /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
   service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
 }
@@ -63,6 +69,7 @@ export interface HealthSources {
   boots?: BootReport;
   limits?: { store: LimitStore };
   upstreams?: { health(): UpstreamHealth[] };
+  store?: { writes: WriteHealth };
 }
 
 export function healthReport(sources: HealthSources): HealthReport {
@@ -81,7 +88,9 @@ export function healthReport(sources: HealthSources): HealthReport {
   const auditHealth = audit?.health() ?? null;
   const limiter =
     isMetered(config.posture) && sources.limits ? { store: sources.limits.store.kind, problem: sources.limits.store.problem() } : null;
-  const degraded = models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem) || Boolean(limiter?.problem);
+  const writes = sources.store?.writes.state;
+  const degraded =
+    models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem) || Boolean(limiter?.problem) || Boolean(writes);
   const report: HealthReport = {
     status: degraded ? 'degraded' : 'ok',
     posture: config.posture,
@@ -95,6 +104,7 @@ export function healthReport(sources: HealthSources): HealthReport {
   const upstreams = sources.upstreams?.health();
   if (upstreams?.length) report.upstreams = upstreams;
   if (limiter) report.limiter = limiter;
+  if (sources.store) report.storage = { writable: !writes, problem: writes?.problem ?? null, since: writes?.since ?? null };
   const egressHealth = egress?.health();
   if (egressHealth) report.egress = egressHealth;
   if (boots) report.service = { ...boots, systemd: egress?.systemdRestarts() ?? null };

@@ -1,11 +1,13 @@
 // Stage 10, audit: every authenticated call's entry is appended to the audit log and on disk before its response
 // leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response is recorded when it ends, with the
 // digest of what was sent, and names its leaf in a last SSE comment before [DONE]. If the log cannot record, the
-// call is answered 503 audit_unavailable: no response goes out unlogged.
+// call is answered 503 audit_unavailable: no response goes out unlogged. The one exception is health (an essential
+// route), which is what says why: while the log cannot record, it is answered without an entry.
 import { hash } from 'node:crypto';
 import { Stream } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors/index.js';
+import { writeFailureOf } from '../store/index.js';
 import type { PipelineDeps } from './pipeline.js';
 
 export function sha256Hex(data: string | Uint8Array | null | undefined): string {
@@ -50,12 +52,26 @@ export const AUDIT_UNAVAILABLE = new ApiError(
   { headers: { 'retry-after': '5' } },
 );
 
+/** The 503 for a call the log could not record; when a full disk stopped the log, it says so and what to do. */
+function auditUnavailable(stoppedBy: Error | null): ApiError {
+  if (!writeFailureOf(stoppedBy)) return AUDIT_UNAVAILABLE;
+  return new ApiError(
+    'audit_unavailable',
+    "The audit log cannot be written (the daemon's data disk is full or failing), so this call's result was withheld. The operator must free space on the data disk (GET /v1/health says what failed); the log takes entries again by itself. Retry after the seconds in Retry-After.",
+    { headers: { 'retry-after': '10' } },
+  );
+}
+
 export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): void {
-  if (!deps.audit) return;
+  const audit = deps.audit;
+  if (!audit) return;
   // A callback hook, not an async one: every call passes here, and the recording is the only thing to wait for.
   v1.addHook('onSend', (request, reply, payload, done) => {
     // Streams are recorded by their route when they end, with what was really sent.
     if (payload instanceof Stream || !willRecord(deps, request)) return done(null, payload);
+    const essential = request.routeOptions.config.declaration?.essential === true;
+    // Health, while the log takes no entry: answered (it says why), and unlogged: there is nowhere to log it.
+    if (essential && audit.log.stoppedBy) return done(null, payload);
     // A serialised answer is a string: encoded here once, the same bytes are hashed and sent. Left a string, it
     // would be encoded three times (for the digest, for its content-length, and on the socket).
     const body = typeof payload === 'string' ? Buffer.from(payload) : (payload as Buffer | null);
@@ -73,8 +89,10 @@ export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): voi
       },
       (err: Error) => {
         request.log.error({ err: err.message }, 'the audit log could not record a call');
-        reply.code(AUDIT_UNAVAILABLE.status).headers(AUDIT_UNAVAILABLE.headers);
-        done(null, JSON.stringify(AUDIT_UNAVAILABLE.toBody()));
+        if (essential) return done(null, body);
+        const refusal = auditUnavailable(audit.log.stoppedBy);
+        reply.code(refusal.status).headers(refusal.headers);
+        done(null, JSON.stringify(refusal.toBody()));
       },
     );
   });

@@ -4,6 +4,7 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, MESSAGES } from '../errors/index.js';
+import { writeFailureOf, type WriteFailureCode } from '../store/index.js';
 
 interface ValidationIssue {
   instancePath: string;
@@ -77,11 +78,30 @@ export function toApiError(err: FastifyError & { validation?: ValidationIssue[] 
       'The request body is not valid JSON. Send a JSON object (check quoting and trailing commas).',
     );
   }
+  const failure = writeFailureOf(err);
+  if (failure) return storageUnavailable(failure);
   const status = err.statusCode ?? 500;
   if (status >= 400 && status < 500) {
     return new ApiError('invalid_request_error', err.message || 'The request could not be processed.');
   }
   return new ApiError('internal_error', MESSAGES.internal);
+}
+
+const STORAGE_WHY: Record<WriteFailureCode, string> = {
+  ENOSPC: 'its disk is full',
+  EDQUOT: 'its disk quota is used up',
+  EROFS: 'its file system is read-only',
+  EIO: 'its device reports input/output errors (is the disk full?)',
+  COMMIT: 'the database could not commit (is the disk full?)',
+};
+
+/** A call that needed a write the data directory could not take (a full disk): nothing of it was kept. */
+export function storageUnavailable(code: WriteFailureCode): ApiError {
+  return new ApiError(
+    'storage_unavailable',
+    `The daemon's data directory cannot be written: ${STORAGE_WHY[code]}, so this call was not completed. The operator must free space on the data disk (GET /v1/health says what failed); retry after the seconds in Retry-After.`,
+    { headers: { 'retry-after': '10' } },
+  );
 }
 
 /** The client closed its connection: nothing can reach it any more, and its going is not the daemon's failure. */

@@ -73,6 +73,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   registerJsonBody(app);
   registerStages(app, [identifyStage(deps)]);
   guardServer(app, deps);
+  closeConnectionsAsCallsEnd(app, deps);
 
   // A response sent before its request body was read closes the connection once the rest of the body, within bounds,
   // has been read and thrown away (refused-body.ts).
@@ -92,6 +93,9 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, config.limits.bodyBytes);
+    // Health says why writes fail until one succeeds again.
+    if (apiError.code === 'storage_unavailable')
+      deps.store?.writes.note(error, `${request.method} ${request.routeOptions.url ?? request.url}`);
     if (clientGone(request)) request.log.info({ code: apiError.code }, 'the client closed the connection before its answer');
     else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, 'unhandled error');
     return sendError(request, reply, apiError);
@@ -155,6 +159,19 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
     { prefix: '/v1' },
   );
   return app;
+}
+
+/**
+ * While draining, a connection carries no call once its call has ended: it is closed then, not left open until its
+ * keep-alive timeout (the openai SDK keeps its connections), so the drain ends with the last call. Node closes only
+ * the connections idle when the server stops listening; one whose response was still going out becomes idle later.
+ */
+function closeConnectionsAsCallsEnd(app: FastifyInstance, deps: PipelineDeps): void {
+  app.addHook('onResponse', (_request, _reply, done) => {
+    // Idle: the request read whole and its response finished. A pipelined request's response is not finished.
+    if (deps.state.draining) app.server.closeIdleConnections();
+    done();
+  });
 }
 
 /** Node-level events fastify does not route: they still get our headers and error shape. */

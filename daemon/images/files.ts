@@ -104,8 +104,14 @@ export class ImageFiles {
 
   private async writeAtomically(name: string, bytes: Buffer): Promise<void> {
     const temporary = join(this.dir, `${name}.${randomBytes(6).toString('hex')}.tmp`);
-    await writeFile(temporary, bytes, { mode: 0o600 });
-    await rename(temporary, join(this.dir, name));
+    try {
+      await writeFile(temporary, bytes, { mode: 0o600 });
+      await rename(temporary, join(this.dir, name));
+    } catch (err) {
+      // A partial file (a full disk) would only take more of the space that is missing.
+      await unlink(temporary).catch(() => {});
+      throw err;
+    }
   }
 
   private async remove(name: string): Promise<boolean> {

@@ -55,9 +55,10 @@ export class ModelVerifier {
     }
     const sha256 = await hashFile(path, onProgress);
     const after = statSync(path);
-    // Only cache if nothing changed the file while it was being read.
+    // Only cache if nothing changed the file while it was being read. Only a cache: a full disk does not stop the
+    // model being served (it is hashed again at the next start).
     if (after.size === stat.size && after.mtimeMs === stat.mtimeMs) {
-      await this.hashes.put(path, { size: stat.size, mtimeMs: stat.mtimeMs, ino: stat.ino, sha256 });
+      await this.hashes.put(path, { size: stat.size, mtimeMs: stat.mtimeMs, ino: stat.ino, sha256 }).catch(() => false);
     }
     return { sha256, cached: false };
   }

@@ -33,9 +33,17 @@ export class BootLog {
     this.report = { boots: record.boots, crashes: record.crashes, previous_stop: before ? (crashed ? 'crash' : 'clean') : null };
   }
 
-  /** At the end of a clean close. */
-  stopped(): void {
+  /**
+   * At the end of a clean close. Returns false if it could not be written (a full disk): the next boot then counts a
+   * crash, which is better than a stop that ends in a failure.
+   */
+  stopped(): boolean {
     const record = this.db.get(KEY);
-    if (record) this.db.putSync(KEY, { ...record, running: false });
+    try {
+      if (record) this.db.putSync(KEY, { ...record, running: false });
+      return true;
+    } catch {
+      return false;
+    }
   }
 }

@@ -15,7 +15,7 @@ import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore } from '../l
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
 import { scannerKind } from '../scrub/index.js';
-import { openStore } from '../store/index.js';
+import { absorbCommitFailures, openStore } from '../store/index.js';
 import { EgressService } from '../egress/index.js';
 import { BootLog } from './boots.js';
 import { lockDataDir } from './lock.js';
@@ -62,6 +62,12 @@ export async function startDaemon(
     throw err;
   }
   const state: DaemonState = { draining: false, startedAt: Date.now() };
+  // A full disk fails lmdb's commits, and lmdb's own promises for them would reject unhandled: noted, not fatal.
+  const stopAbsorbing = absorbCommitFailures((err) => {
+    if (!store.writes.state)
+      app.log.error({ err: err.message }, 'a database commit failed; calls that write get 503 until it takes writes');
+    store.writes.note(err, 'a database commit');
+  });
 
   const catalog = new ModelCatalog();
   const engines = new EngineRegistry();
@@ -92,7 +98,11 @@ export async function startDaemon(
     store,
     usage: new UsageMeter(
       store,
-      (err) => app.log.error({ err: err.message }, 'usage counts could not be written; they are kept for the next try'),
+      (err) => {
+        // Once per failure, not at every flush while the disk stays full.
+        if (!store.writes.state) app.log.error({ err: err.message }, 'usage counts could not be written; they are kept for the next try');
+        store.writes.note(err, 'the usage counts');
+      },
       config.usage.billingDays,
     ),
   };
@@ -149,6 +159,7 @@ export async function startDaemon(
     boots.stopped();
     notifier.stopping();
     await store.close();
+    stopAbsorbing();
     unlock();
     throw err;
   }
@@ -201,8 +212,12 @@ export async function startDaemon(
         // A last checkpoint covering every call answered.
         await audit.close();
         egress.close();
-        boots.stopped();
-        await store.close();
+        if (!boots.stopped()) {
+          app.log.warn('the clean stop could not be recorded (the data directory cannot be written); the next start counts a crash');
+        }
+        // Its last commits may fail on a full disk: nothing acknowledged depends on them (the audit journal has it).
+        await store.close().catch((err: Error) => app.log.warn({ err: err.message }, 'the database closed with writes that failed'));
+        stopAbsorbing();
         unlock();
         app.log.info('sovereign stopped');
         return { drained: outcome === 'closed' };

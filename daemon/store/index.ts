@@ -4,6 +4,17 @@
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type Key, type RootDatabase } from 'lmdb';
+import { probeDirectory, WriteHealth } from './writes.js';
+
+export {
+  absorbCommitFailures,
+  describeWriteFailure,
+  probeDirectory,
+  shortWriteError,
+  writeFailureOf,
+  WriteHealth,
+  type WriteFailureCode,
+} from './writes.js';
 
 export interface Store {
   readonly path: string;
@@ -13,6 +24,8 @@ export interface Store {
   bytes(name: string): Database<Buffer, number>;
   /** Resolves when every write so far is committed and flushed to disk. */
   flushed(): Promise<void>;
+  /** Whether the data directory takes writes: failures are noted here, and health reads it. */
+  readonly writes: WriteHealth;
   close(): Promise<void>;
 }
 
@@ -30,7 +43,13 @@ export function openStore(dataDir: string): Store {
     if (existsSync(file)) chmodSync(file, file === dataDir ? 0o700 : 0o600);
   }
   const opened = new Map<string, Database<unknown, Key>>();
-  return {
+  // Both ways the data directory is written: lmdb's file, and files of their own (journal, vectors, images).
+  const writes = new WriteHealth(() => {
+    store.db<number>('service').putSync('write-probe', Date.now());
+    probeDirectory(dataDir);
+  });
+  const store: Store = {
+    writes,
     path,
     db<V, K extends Key = string>(name: string): Database<V, K> {
       let db = opened.get(name);
@@ -52,7 +71,9 @@ export function openStore(dataDir: string): Store {
       await root.flushed;
     },
     async close() {
+      writes.stop();
       await root.close();
     },
   };
+  return store;
 }

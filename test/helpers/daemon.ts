@@ -21,8 +21,10 @@ export interface CliResult {
   json: any;
 }
 
-export function cli(args: string[], env: NodeJS.ProcessEnv = {}, input?: string): CliResult {
-  const r = spawnSync(BIN, args, {
+/** `prefix`: a command the CLI runs under (test/helpers/small-disk.ts enters a mount namespace so). */
+export function cli(args: string[], env: NodeJS.ProcessEnv = {}, input?: string, prefix: string[] = []): CliResult {
+  const [command, ...rest] = [...prefix, BIN, ...args] as [string, ...string[]];
+  const r = spawnSync(command, rest, {
     encoding: 'utf8',
     env: { ...cleanEnv(), ...env },
     timeout: 30_000,
@@ -61,8 +63,11 @@ export async function startDaemon(
   t: { teardown: (fn: () => void | Promise<void>) => void },
   args: string[],
   env: NodeJS.ProcessEnv = {},
+  /** A command the daemon runs under, which must exec it (its pid is the daemon's). */
+  prefix: string[] = [],
 ): Promise<RunningDaemon> {
-  const proc = spawn(BIN, ['serve', '--port', '0', ...args], {
+  const [command, ...rest] = [...prefix, BIN, 'serve', '--port', '0', ...args] as [string, ...string[]];
+  const proc = spawn(command, rest, {
     // Checkpoints are signed by a software key unless a test brings its own TPM (test/audit-tpm.test.ts does).
     env: { ...cleanEnv(), SOVEREIGN_AUDIT_SIGNER: 'software', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -101,9 +106,9 @@ export async function startDaemon(
 }
 
 /** A project and an active key in a data dir; returns the key's id and secret. */
-export function createKey(dataDir: string, project = 'acme', extra: string[] = []): { id: string; secret: string } {
-  cli(['projects', 'create', project, '--data-dir', dataDir]);
-  const r = cli(['keys', 'create', '--project', project, '--data-dir', dataDir, '--json', ...extra]);
+export function createKey(dataDir: string, project = 'acme', extra: string[] = [], prefix: string[] = []): { id: string; secret: string } {
+  cli(['projects', 'create', project, '--data-dir', dataDir], {}, undefined, prefix);
+  const r = cli(['keys', 'create', '--project', project, '--data-dir', dataDir, '--json', ...extra], {}, undefined, prefix);
   if (r.code !== 0) throw new Error(`keys create failed: ${r.stderr}`);
   return { id: r.json.id, secret: r.json.secret };
 }
