@@ -5,7 +5,8 @@
 //
 //   1. identify          every response   X-Region, X-Request-Id, X-Sovereign; 503 while draining
 //   2. admit             /v1              503 server_overloaded past limits.maxInFlight
-//   3. authenticate      /v1              401 invalid_api_key
+//   3. authenticate      /v1              401 invalid_api_key; then the key's and its project's shares of the
+//                                         in-flight places: 429 rate_limit_exceeded past either
 //   4. limit requests    /v1, metered     429 rate_limit_exceeded (requests)
 //      (fastify: parse body, validate against the route schema: 400, 413, 415)
 //   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
@@ -127,6 +128,20 @@ function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
   return quota;
 }
 
+/**
+ * 429 for a key, or a project, that holds its whole share of the in-flight places: its own calls are what fill it
+ * (the device still admits other keys), so it is told to slow down, as for its rate limit, and its refusals count
+ * as rate-limited in its usage rather than as the device's failures.
+ */
+function shareFull(full: 'key' | 'project', principal: Principal, gate: InFlightGate): ApiError {
+  const { perKey, perProject } = gate.shares.sizes;
+  const message =
+    full === 'key'
+      ? `Key ${principal.keyId} already has ${perKey} calls in progress, its share of the ${gate.capacity} this device serves at once (limits.keyShare). Wait for one to finish, or spread the work over time.`
+      : `Project ${principal.projectId} already has ${perProject} calls in progress across its keys, its share of the ${gate.capacity} this device serves at once (limits.projectShare). Wait for one to finish, or spread the work over time.`;
+  return new ApiError('rate_limit_exceeded', message, { headers: { 'retry-after': '1' }, type: 'requests' });
+}
+
 /** Stages 2 to 8, for the /v1 routes. */
 export function v1Stages(deps: PipelineDeps): Stage[] {
   const metered = isMetered(deps.config.posture);
@@ -135,10 +150,10 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       name: 'admit',
       hook: 'onRequest',
       run(request, reply) {
-        if (!deps.gate.tryEnter()) {
-          throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
-        }
-        onCallEnd(request, reply, () => deps.gate.leave());
+        const place = deps.gate.enter();
+        if (!place) throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
+        request.call.place = place;
+        onCallEnd(request, reply, () => place.release());
       },
     },
     {
@@ -146,7 +161,23 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       hook: 'onRequest',
       run(request) {
         if (declarationOf(request)?.auth === false) return;
-        request.call.principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+        const place = request.call.place!;
+        let principal: Principal;
+        try {
+          principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+        } catch (err) {
+          // A refused call gives its place back at once, not when its answer has been read: calls without a valid key
+          // hold no place while their answers wait behind others on a connection nobody reads.
+          place.release();
+          throw err;
+        }
+        request.call.principal = principal;
+        // Once the key is known: its share, and its project's, of the places.
+        const full = place.share(principal.keyId, principal.projectId);
+        if (full) {
+          place.release();
+          throw shareFull(full, principal, deps.gate);
+        }
       },
     },
     metered && {
