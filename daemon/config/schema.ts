@@ -24,6 +24,12 @@ export interface Config {
     minShare: number;
     defaultRpm: number;
     defaultTpm: number;
+    /** Limits of all a project's keys together (cloud, frontier), unless the operator set the project's own. */
+    defaultProjectRpm: number;
+    defaultProjectTpm: number;
+    /** Caps on what a dashboard member may create (administrators are not capped). */
+    maxProjectsPerAccount: number;
+    maxKeysPerProject: number;
     store: 'memory' | 'redis';
     redis?: { url: string; passwordFile?: string; keyPrefix?: string; timeoutMs?: number };
     defaultPlan?: string;
@@ -147,6 +153,18 @@ export const configSchema = {
         ),
         defaultRpm: positiveInt('Requests per minute for a key that has no limit of its own (cloud, frontier).'),
         defaultTpm: positiveInt('Tokens per minute for a key that has no limit of its own (cloud, frontier).'),
+        defaultProjectRpm: positiveInt(
+          "Requests per minute of all a project's keys together, unless the operator set the project's own (cloud, frontier).",
+        ),
+        defaultProjectTpm: positiveInt(
+          "Tokens per minute of all a project's keys together, unless the operator set the project's own (cloud, frontier).",
+        ),
+        maxProjectsPerAccount: positiveInt('Projects a dashboard member account may create (administrators are not capped).', 1, 100000),
+        maxKeysPerProject: positiveInt(
+          'Active keys a dashboard member may have in one project (administrators are not capped).',
+          1,
+          100000,
+        ),
         defaultPlan: {
           type: 'string',
           minLength: 1,

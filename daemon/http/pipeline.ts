@@ -113,8 +113,8 @@ export function identifyStage(deps: PipelineDeps): Stage {
 }
 
 /**
- * Per authenticated key (a principal object: a key's change makes a new one), its quota, made once: the limits come
- * from the key, its plan and the configuration, none of which changes from one call to the next.
+ * Per authenticated key (a principal object: a change to a key or its project makes a new one), its quota, made once:
+ * the limits come from the key, its plan, its project and the configuration, none of which changes between calls.
  */
 const quotas = new WeakMap<Principal, KeyQuota>();
 function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
@@ -122,7 +122,12 @@ function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
   let quota = quotas.get(principal);
   if (!quota) {
     const { rpm, tpm } = keyLimits(config, principal);
-    quota = { keyId: principal.keyId, rpm, tpm };
+    const project = {
+      id: principal.projectId,
+      rpm: principal.projectRpm ?? config.limits.defaultProjectRpm,
+      tpm: principal.projectTpm ?? config.limits.defaultProjectTpm,
+    };
+    quota = { keyId: principal.keyId, rpm, tpm, project };
     quotas.set(principal, quota);
   }
   return quota;
