@@ -187,7 +187,7 @@ export class Accounts {
 export function projectCap(max: number): AccountsError {
   return new AccountsError(
     'cap',
-    `This account already has ${max} projects, the most an account may create here (limits.maxProjectsPerAccount). Use one of them, or ask the operator.`,
+    `This account already has ${max} project${max === 1 ? '' : 's'}, the most an account may create here (limits.maxProjectsPerAccount). Use one of them, or ask the operator.`,
   );
 }
 

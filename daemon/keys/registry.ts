@@ -199,7 +199,7 @@ export class KeyRegistry {
       if (max !== undefined && this.activeKeys(project.id) >= max) {
         throw new KeysError(
           'cap',
-          `project '${project.name}' already has ${max} active keys, the most a project may have here (limits.maxKeysPerProject). Revoke a key you no longer use, or ask the operator.`,
+          `project '${project.name}' already has ${max} active key${max === 1 ? '' : 's'}, the most a project may have here (limits.maxKeysPerProject). Revoke a key you no longer use, or ask the operator.`,
         );
       }
       this.save(record);
