@@ -131,6 +131,31 @@ t.test('token reservations and settling go through Redis too', async (t) => {
   t.match((tooBig as ApiError).message, /more than the 1000 tokens per minute/);
 });
 
+t.test("a project's limit holds across its keys and the replicas", async (t) => {
+  const log = { info: () => {}, warn: () => {} };
+  const stores = [0, 1].map(() => new RedisLimitStore({ url: redisUrl, keyPrefix: 'projects-test:', timeoutMs: 500 }, log));
+  for (const store of stores) await store.start();
+  t.teardown(async () => {
+    for (const store of stores) await store.close();
+  });
+  const replicas = stores.map((store) => new KeyLimits(store));
+  const project = { id: 'proj_shared', rpm: 3, tpm: 100_000 };
+  const keys = ['key_one', 'key_two', 'key_three'].map((keyId) => ({ keyId, rpm: 100, tpm: 100_000, project }));
+  const answers = await Promise.all(
+    Array.from({ length: 9 }, (_, i) =>
+      Promise.resolve()
+        .then(() => replicas[i % 2].admitRequest(keys[i % 3]))
+        .catch((err: unknown) => err),
+    ),
+  );
+  const refused = answers.filter((a) => a instanceof ApiError);
+  t.equal(answers.length - refused.length, 3, 'three calls admitted between three keys on two replicas');
+  t.match(refused[0].message, /project proj_shared: 3 requests per minute, shared by all its keys/);
+  t.equal(refused[0].headers['x-ratelimit-limit-requests'], '3');
+  const own = await replicas[0].admitRequest({ keyId: 'key_other', rpm: 100, tpm: 100_000, project: { ...project, id: 'proj_other' } });
+  t.equal(own['x-ratelimit-remaining-requests'], '2', "another project's key draws on its own project's limit");
+});
+
 t.test('with Redis gone nothing is admitted, health says why, and calls resume when it is back', async (t) => {
   await stopRedis();
   const refused = await get(replicaA.baseURL);

@@ -207,8 +207,8 @@ export function certificate(dir: string): { certFile: string; keyFile: string; c
 
 /**
  * The daemon's configuration for the bench: the cloud posture on `port`, routing `bench-chat` to the upstream, the
- * audit log signed by a software key every second; and a key whose limits are checked on every call but never
- * reached. Returns the config file and the key's secret.
+ * audit log signed by a software key every second; and a key whose limits (its own and its project's) are checked on
+ * every call but never reached. Returns the config file and the key's secret.
  */
 export function sovereignSetup(options: {
   dir: string;
@@ -237,6 +237,7 @@ export function sovereignSetup(options: {
   );
   const cli = (args: string[]) => execFileSync(BIN, [...args, '--config', configFile, '--json'], { encoding: 'utf8' });
   cli(['projects', 'create', 'bench']);
+  cli(['projects', 'limits', 'bench', '--rpm', '100000000', '--tpm', '100000000000']);
   const key = JSON.parse(cli(['keys', 'create', '--project', 'bench', '--rpm', '100000000', '--tpm', '100000000000'])) as {
     secret: string;
   };

@@ -38,7 +38,7 @@ export interface UserView {
 
 export class AccountsError extends Error {
   constructor(
-    readonly kind: 'invalid' | 'conflict' | 'not_found',
+    readonly kind: 'invalid' | 'conflict' | 'not_found' | 'cap',
     message: string,
   ) {
     super(message);
@@ -110,12 +110,16 @@ export class Accounts {
     return this.listUsers().some((u) => u.role === 'admin');
   }
 
-  addProject(userId: string, projectId: string): void {
-    // Read and write in one transaction: two projects created at once both stay the account's.
+  /** Adds a project to the account; with `max`, only while the account has fewer (limits.maxProjectsPerAccount). */
+  addProject(userId: string, projectId: string, max?: number): void {
+    // Read and write in one transaction: two projects created at once both stay the account's, and cannot pass the
+    // cap together.
     this.users.transactionSync(() => {
       const user = this.user(userId);
       if (!user) throw new AccountsError('not_found', 'No such account.');
-      if (!user.projects.includes(projectId)) this.users.putSync(userId, { ...user, projects: [...user.projects, projectId] });
+      if (user.projects.includes(projectId)) return;
+      if (max !== undefined && user.projects.length >= max) throw projectCap(max);
+      this.users.putSync(userId, { ...user, projects: [...user.projects, projectId] });
     });
   }
 
@@ -178,6 +182,13 @@ export class Accounts {
       return expired.map((e) => e.session);
     });
   }
+}
+
+export function projectCap(max: number): AccountsError {
+  return new AccountsError(
+    'cap',
+    `This account already has ${max} project${max === 1 ? '' : 's'}, the most an account may create here (limits.maxProjectsPerAccount). Use one of them, or ask the operator.`,
+  );
 }
 
 /** Constant-time comparison of two tokens. */

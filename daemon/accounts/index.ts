@@ -1,6 +1,7 @@
 export {
   Accounts,
   AccountsError,
+  projectCap,
   SESSION_HOURS,
   sameToken,
   view,

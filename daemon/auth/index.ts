@@ -1,7 +1,7 @@
 // Bearer authentication for every /v1 call. Every failure is the same 401 (`invalid_api_key`) so a caller learns
 // nothing about which keys exist; only "no key at all" gets its own wording, since that is a client bug.
 import { ApiError } from '../errors/index.js';
-import { sameSecret, type KeyRecord, type KeyRegistry } from '../keys/index.js';
+import { sameSecret, type KeyMatch, type KeyRegistry } from '../keys/index.js';
 
 export interface Principal {
   keyId: string;
@@ -11,12 +11,23 @@ export interface Principal {
   tpm: number | undefined;
   /** The key's plan, or undefined for limits.defaultPlan. */
   plan: string | undefined;
+  /** The limits all the project's keys share, or undefined for limits.defaultProjectRpm and defaultProjectTpm. */
+  projectRpm: number | undefined;
+  projectTpm: number | undefined;
 }
 
 const BEARER = /^Bearer +(\S+) *$/i;
 
-export function principalOf(record: KeyRecord): Principal {
-  return { keyId: record.id, projectId: record.projectId, rpm: record.rpm, tpm: record.tpm, plan: record.plan };
+export function principalOf({ record, project }: KeyMatch): Principal {
+  return {
+    keyId: record.id,
+    projectId: record.projectId,
+    rpm: record.rpm,
+    tpm: record.tpm,
+    plan: record.plan,
+    projectRpm: project?.rpm,
+    projectTpm: project?.tpm,
+  };
 }
 
 /** What a connection's last call authenticated as, and with which header, while the keys stood at `version`. */
@@ -53,7 +64,7 @@ export function authenticate(header: string | undefined, registry: KeyRegistry, 
       'Invalid API key: it is malformed, unknown, revoked or rotated out. Use an active key from the dashboard or ask the operator for one.',
     );
   }
-  const principal = principalOf(match.record);
+  const principal = principalOf(match);
   // A key's previous secret is accepted during a rotation's grace period, which ends at a time, not by a change the
   // version would show: only a match by the current secret is remembered.
   if (connection && match.current) memos.set(connection, { header, principal, version });

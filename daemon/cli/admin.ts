@@ -1,7 +1,7 @@
 // `sovereign keys …` and `sovereign projects …`: they open the same lmdb store as the daemon, which sees each change
 // on its next read, so they work while it runs.
 import { loadConfig, type Config } from '../config/index.js';
-import { KeyRegistry, type KeyView } from '../keys/index.js';
+import { KeyRegistry, type KeyView, type ProjectRecord } from '../keys/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError } from './args.js';
 import { printJson, printTable } from './output.js';
@@ -25,7 +25,10 @@ export const PROJECTS_HELP = `Usage: sovereign projects <command> [options]
 
 Commands:
   create NAME          create a project (letters, digits, '.', '_', '-')
-  list                 list projects
+  list                 list projects, with the limits their keys share
+  limits P [--rpm N|default] [--tpm N|default]
+                       set or clear the requests and tokens per minute all of project P's keys
+                       share (cloud and frontier postures); 'default' is limits.defaultProjectRpm/Tpm
 
 ${COMMON_HELP}`;
 
@@ -181,13 +184,16 @@ export async function keysCommand(argv: string[]): Promise<number> {
 }
 
 export async function projectsCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, CONFIG_OPTIONS);
+  const { values, positionals } = parse(argv, { ...CONFIG_OPTIONS, rpm: { type: 'string' }, tpm: { type: 'string' } });
   const [command, name, ...rest] = positionals;
   if (values.help || !command) {
     process.stdout.write(`${PROJECTS_HELP}\n`);
     return values.help ? 0 : 2;
   }
   if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  if (command !== 'limits' && (values.rpm !== undefined || values.tpm !== undefined)) {
+    throw new UsageError(`--rpm and --tpm go with 'projects limits'`);
+  }
   const json = values.json === true;
   switch (command) {
     case 'create': {
@@ -199,16 +205,47 @@ export async function projectsCommand(argv: string[]): Promise<number> {
     }
     case 'list': {
       if (name) throw new UsageError(`unexpected argument '${name}'`);
-      const projects = await withRegistry(values, (r) => r.listProjects());
-      if (json) printJson(projects);
+      const { projects, config } = await withRegistry(values, (r, config) => ({ projects: r.listProjects(), config }));
+      if (json) printJson(projects.map(projectView));
       else
         printTable(
-          projects.map((p) => ({ id: p.id, name: p.name, created: p.createdAt })),
-          ['id', 'name', 'created'],
+          projects.map((p) => projectRow(p, config)),
+          ['id', 'name', 'rpm', 'tpm', 'created'],
         );
+      return 0;
+    }
+    case 'limits': {
+      if (!name) throw new UsageError("projects limits needs a project (its name or id; see 'sovereign projects list')");
+      const rpm = limitFlag('rpm', values.rpm, true);
+      const tpm = limitFlag('tpm', values.tpm, true);
+      if (rpm === undefined && tpm === undefined) throw new UsageError('projects limits needs --rpm and/or --tpm');
+      const { project, config } = await withRegistry(values, (r, config) => ({
+        project: r.setProjectLimits(name, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) }),
+        config,
+      }));
+      const row = projectRow(project, config);
+      if (json) printJson(projectView(project));
+      else process.stdout.write(`${row.name}: rpm ${row.rpm}, tpm ${row.tpm}, shared by all its keys\n`);
       return 0;
     }
     default:
       throw new UsageError(`unknown projects command '${command}'`);
   }
+}
+
+/** A project for --json: its own limits, null where the configured defaults apply (as keys list does). */
+function projectView(project: ProjectRecord) {
+  return { id: project.id, name: project.name, createdAt: project.createdAt, rpm: project.rpm ?? null, tpm: project.tpm ?? null };
+}
+
+/** A project as a table row: the limits its keys share, its own or (marked) the configured defaults. */
+function projectRow(project: ProjectRecord, config: Config) {
+  const limit = (own: number | undefined, fallback: number) => (own !== undefined ? String(own) : `${fallback} (default)`);
+  return {
+    id: project.id,
+    name: project.name,
+    rpm: limit(project.rpm, config.limits.defaultProjectRpm),
+    tpm: limit(project.tpm, config.limits.defaultProjectTpm),
+    created: project.createdAt,
+  };
 }

@@ -11,7 +11,7 @@ const HELP = `Usage: sovereign <command> [options]
 Commands:
   serve            run the daemon (see 'sovereign serve --help')
   keys             create, list, rotate, revoke API keys and set their limits
-  projects         create and list projects
+  projects         create and list projects, and set the limits their keys share
   admin            create the dashboard's administrator accounts
   config check     validate the configuration and print the effective values
   models           list the manifest's models (present, verified, fits) and import model files

@@ -18,8 +18,18 @@ export interface Config {
   limits: {
     bodyBytes: number;
     maxInFlight: number;
+    /** Fractions of maxInFlight one key, and one project, may hold (never fewer places than minShare). */
+    keyShare: number;
+    projectShare: number;
+    minShare: number;
     defaultRpm: number;
     defaultTpm: number;
+    /** Limits of all a project's keys together (cloud, frontier), unless the operator set the project's own. */
+    defaultProjectRpm: number;
+    defaultProjectTpm: number;
+    /** Caps on what a dashboard member may create (administrators are not capped). */
+    maxProjectsPerAccount: number;
+    maxKeysPerProject: number;
     store: 'memory' | 'redis';
     redis?: { url: string; passwordFile?: string; keyPrefix?: string; timeoutMs?: number };
     defaultPlan?: string;
@@ -28,6 +38,7 @@ export interface Config {
   plans: Record<string, { rpm: number; tpm: number }>;
   timeouts: {
     requestMs: number;
+    bodyIdleMs: number;
     keepAliveMs: number;
     shutdownGraceMs: number;
   };
@@ -95,6 +106,8 @@ export interface UpstreamModelConfig {
 const positiveInt = (description: string, minimum = 1, maximum = Number.MAX_SAFE_INTEGER) =>
   ({ type: 'integer', minimum, maximum, description }) as const;
 
+const share = (description: string) => ({ type: 'number', exclusiveMinimum: 0, maximum: 1, description }) as const;
+
 export const configSchema = {
   $id: 'sovereign-config',
   type: 'object',
@@ -133,8 +146,27 @@ export const configSchema = {
       properties: {
         bodyBytes: positiveInt('Largest JSON request body accepted, in bytes.', 1024, 1024 * 1024 * 1024),
         maxInFlight: positiveInt('Concurrent /v1 calls before new ones get 503 server_overloaded.', 1, 100000),
+        keyShare: share('Fraction of maxInFlight one key may hold; past it the key gets 429 while other keys are still admitted.'),
+        projectShare: share('Fraction of maxInFlight the keys of one project may hold together; past it they get 429.'),
+        minShare: positiveInt(
+          'Places a key or a project may always hold, however small its fraction (never more than maxInFlight).',
+          1,
+          100000,
+        ),
         defaultRpm: positiveInt('Requests per minute for a key that has no limit of its own (cloud, frontier).'),
         defaultTpm: positiveInt('Tokens per minute for a key that has no limit of its own (cloud, frontier).'),
+        defaultProjectRpm: positiveInt(
+          "Requests per minute of all a project's keys together, unless the operator set the project's own (cloud, frontier).",
+        ),
+        defaultProjectTpm: positiveInt(
+          "Tokens per minute of all a project's keys together, unless the operator set the project's own (cloud, frontier).",
+        ),
+        maxProjectsPerAccount: positiveInt('Projects a dashboard member account may create (administrators are not capped).', 1, 100000),
+        maxKeysPerProject: positiveInt(
+          'Active keys a dashboard member may have in one project (administrators are not capped).',
+          1,
+          100000,
+        ),
         defaultPlan: {
           type: 'string',
           minLength: 1,
@@ -166,6 +198,10 @@ export const configSchema = {
       additionalProperties: false,
       properties: {
         requestMs: positiveInt('Time allowed to receive a whole request, headers and body, in ms.', 1000),
+        bodyIdleMs: positiveInt(
+          'Time a request body may go without a byte arriving before the call gets 408 and its connection closes, in ms.',
+          100,
+        ),
         keepAliveMs: positiveInt('Idle time before a keep-alive connection is closed, in ms.', 1000),
         shutdownGraceMs: positiveInt('On SIGTERM, time allowed for in-flight calls to finish, in ms.', 100),
       },

@@ -6,7 +6,16 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { Accounts, AccountsError, SESSION_HOURS, sameToken, view, type SessionRecord, type UserRecord } from '../accounts/index.js';
+import {
+  Accounts,
+  AccountsError,
+  SESSION_HOURS,
+  projectCap,
+  sameToken,
+  view,
+  type SessionRecord,
+  type UserRecord,
+} from '../accounts/index.js';
 import type { AuditService } from '../audit/index.js';
 import { exportAnchors } from '../audit/export.js';
 import { describeLog, findByRequestId, receiptOf } from '../audit/receipts.js';
@@ -57,10 +66,11 @@ function admit(limiter: Gcra, bucket: string, perMinute: number, what: string): 
   });
 }
 
+const CODES = { conflict: 'conflict', not_found: 'not_found', invalid: 'invalid_request_error', cap: 'permission_denied' } as const;
+
 function fromAccounts(err: unknown): never {
   if (err instanceof AccountsError || err instanceof KeysError) {
-    const code = err.kind === 'conflict' ? 'conflict' : err.kind === 'not_found' ? 'not_found' : 'invalid_request_error';
-    throw new ApiError(code, err.message.charAt(0).toUpperCase() + err.message.slice(1));
+    throw new ApiError(CODES[err.kind], err.message.charAt(0).toUpperCase() + err.message.slice(1));
   }
   throw err;
 }
@@ -103,6 +113,11 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
     if (!project || !manages(user, project.id))
       throw new ApiError('not_found', `No project '${String(ref)}' in your account.`, { param: 'project' });
     return project.id;
+  }
+
+  /** The most active keys a project of this account may have: members are capped, administrators are not. */
+  function keyCap(user: UserRecord): { maxActive?: number } {
+    return user.role === 'admin' ? {} : { maxActive: config.limits.maxKeysPerProject };
   }
 
   function keyFor(user: UserRecord, id: string): KeyView {
@@ -293,9 +308,19 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         },
         async (request, reply) => {
           const { user } = signedIn(request);
+          const max = config.limits.maxProjectsPerAccount;
+          if (user.role !== 'admin' && user.projects.length >= max) fromAccounts(projectCap(max));
           try {
             const project = keys.createProject(request.body.name);
-            if (user.role !== 'admin') accounts.addProject(user.id, project.id);
+            if (user.role !== 'admin') {
+              try {
+                accounts.addProject(user.id, project.id, max);
+              } catch (err) {
+                // Another project of the account was made meanwhile and reached the cap: this one must not stay.
+                keys.removeProject(project.id);
+                throw err;
+              }
+            }
             return reply.code(201).send(project);
           } catch (err) {
             fromAccounts(err);
@@ -329,7 +354,13 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const { name, rpm, tpm } = request.body;
           checkLimits(user, rpm, tpm, null);
           try {
-            const created = keys.createKey({ project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}) });
+            const created = keys.createKey({
+              project,
+              ...(name ? { name } : {}),
+              ...(rpm ? { rpm } : {}),
+              ...(tpm ? { tpm } : {}),
+              ...keyCap(user),
+            });
             request.log.info({ key: created.key.id, user: user.id }, 'key created in the dashboard');
             return reply.code(201).send(created);
           } catch (err) {
@@ -519,7 +550,13 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
               // Already removed: a new one below.
             }
           }
-          const created = keys.createKey({ project, name: `chat app (${user.email})` });
+          // The chat app's keys count among the project's: sessions are many, and each would bring one more.
+          let created: { key: KeyView; secret: string };
+          try {
+            created = keys.createKey({ project, name: `chat app (${user.email})`, ...keyCap(user) });
+          } catch (err) {
+            fromAccounts(err);
+          }
           if (!accounts.setChatKey(signed.token, created.key.id)) {
             // The session ended while the key was made: it must not outlive it.
             keys.revokeKey(created.key.id);

@@ -1,10 +1,13 @@
 // What the pipeline learns about a call as it goes through the stages.
 import type { Principal } from '../auth/index.js';
-import type { KeyQuota } from '../limits/index.js';
+import type { ApiError } from '../errors/index.js';
+import type { InFlightPlace, KeyQuota } from '../limits/index.js';
 import type { Capability, ServedModel } from '../models/index.js';
 import type { BodyKind, RedactionCounts, ScrubSession } from '../scrub/index.js';
 
 export interface CallContext {
+  /** Set by the admit stage on every /v1 route: the call's place under the in-flight ceiling and in its shares. */
+  place: InFlightPlace | null;
   /** Set by the authenticate stage on every /v1 route. */
   principal: Principal | null;
   /** Set on metered postures: the limits that apply to this key. */
@@ -33,6 +36,8 @@ export interface CallContext {
   bodyBytes: number;
   /** Set once the call's audit entry has been appended. */
   audited: boolean;
+  /** The error a call was cut off with before its body had arrived (its connection is closing). */
+  cutOff: ApiError | null;
 }
 
 /** What a route declares about itself; the pipeline's stages read it. */
@@ -63,6 +68,7 @@ declare module 'fastify' {
 
 export function newCallContext(): CallContext {
   return {
+    place: null,
     principal: null,
     quota: null,
     model: null,
@@ -77,6 +83,7 @@ export function newCallContext(): CallContext {
     requestSha256: null,
     bodyBytes: 0,
     audited: false,
+    cutOff: null,
   };
 }
 

@@ -141,7 +141,12 @@ export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, hea
     reason = 'Request Timeout';
     message = 'The request was not received in time. Send the whole request without pausing.';
   }
-  const body = JSON.stringify(new ApiError('invalid_request_error', message).toBody());
+  writeSocketError(socket, status, reason, new ApiError('invalid_request_error', message), headers);
+}
+
+/** An error in OpenAI's shape written straight to a socket, ending it (for answers outside any response object). */
+export function writeSocketError(socket: Socket, status: number, reason: string, error: ApiError, headers: Record<string, string>): void {
+  const body = JSON.stringify(error.toBody());
   const lines = [
     `HTTP/1.1 ${status} ${reason}`,
     'Content-Type: application/json; charset=utf-8',

@@ -5,7 +5,8 @@
 //
 //   1. identify          every response   X-Region, X-Request-Id, X-Sovereign; 503 while draining
 //   2. admit             /v1              503 server_overloaded past limits.maxInFlight
-//   3. authenticate      /v1              401 invalid_api_key
+//   3. authenticate      /v1              401 invalid_api_key; then the key's and its project's shares of the
+//                                         in-flight places: 429 rate_limit_exceeded past either
 //   4. limit requests    /v1, metered     429 rate_limit_exceeded (requests)
 //      (fastify: parse body, validate against the route schema: 400, 413, 415)
 //   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
@@ -113,8 +114,8 @@ export function identifyStage(deps: PipelineDeps): Stage {
 }
 
 /**
- * Per authenticated key (a principal object: a key's change makes a new one), its quota, made once: the limits come
- * from the key, its plan and the configuration, none of which changes from one call to the next.
+ * Per authenticated key (a principal object: a change to a key or its project makes a new one), its quota, made once:
+ * the limits come from the key, its plan, its project and the configuration, none of which changes between calls.
  */
 const quotas = new WeakMap<Principal, KeyQuota>();
 function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
@@ -122,10 +123,29 @@ function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
   let quota = quotas.get(principal);
   if (!quota) {
     const { rpm, tpm } = keyLimits(config, principal);
-    quota = { keyId: principal.keyId, rpm, tpm };
+    const project = {
+      id: principal.projectId,
+      rpm: principal.projectRpm ?? config.limits.defaultProjectRpm,
+      tpm: principal.projectTpm ?? config.limits.defaultProjectTpm,
+    };
+    quota = { keyId: principal.keyId, rpm, tpm, project };
     quotas.set(principal, quota);
   }
   return quota;
+}
+
+/**
+ * 429 for a key, or a project, that holds its whole share of the in-flight places: its own calls are what fill it
+ * (the device still admits other keys), so it is told to slow down, as for its rate limit, and its refusals count
+ * as rate-limited in its usage rather than as the device's failures.
+ */
+function shareFull(full: 'key' | 'project', principal: Principal, gate: InFlightGate): ApiError {
+  const { perKey, perProject } = gate.shares.sizes;
+  const message =
+    full === 'key'
+      ? `Key ${principal.keyId} already has ${perKey} calls in progress, its share of the ${gate.capacity} this device serves at once (limits.keyShare). Wait for one to finish, or spread the work over time.`
+      : `Project ${principal.projectId} already has ${perProject} calls in progress across its keys, its share of the ${gate.capacity} this device serves at once (limits.projectShare). Wait for one to finish, or spread the work over time.`;
+  return new ApiError('rate_limit_exceeded', message, { headers: { 'retry-after': '1' }, type: 'requests' });
 }
 
 /** Stages 2 to 8, for the /v1 routes. */
@@ -136,10 +156,10 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       name: 'admit',
       hook: 'onRequest',
       run(request, reply) {
-        if (!deps.gate.tryEnter()) {
-          throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
-        }
-        onCallEnd(request, reply, () => deps.gate.leave());
+        const place = deps.gate.enter();
+        if (!place) throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
+        request.call.place = place;
+        onCallEnd(request, reply, () => place.release());
       },
     },
     {
@@ -147,7 +167,23 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
       hook: 'onRequest',
       run(request) {
         if (declarationOf(request)?.auth === false) return;
-        request.call.principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+        const place = request.call.place!;
+        let principal: Principal;
+        try {
+          principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+        } catch (err) {
+          // A refused call gives its place back at once, not when its answer has been read: calls without a valid key
+          // hold no place while their answers wait behind others on a connection nobody reads.
+          place.release();
+          throw err;
+        }
+        request.call.principal = principal;
+        // Once the key is known: its share, and its project's, of the places.
+        const full = place.share(principal.keyId, principal.projectId);
+        if (full) {
+          place.release();
+          throw shareFull(full, principal, deps.gate);
+        }
       },
     },
     metered && {

@@ -9,8 +9,9 @@ import { lazyChildLogger } from '../log/index.js';
 import { ApiError } from '../errors/index.js';
 import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
-import { clientGone, sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
-import { identifyStage, registerStages, v1Stages, type PipelineDeps } from './pipeline.js';
+import { BodyIdleWatch } from './body-idle.js';
+import { clientGone, sendError, toApiError, writeClientError, writeResponseError, writeSocketError } from './errors.js';
+import { identifyStage, registerStages, v1Stages, type PipelineDeps, type Stage } from './pipeline.js';
 import { settleRefusedBody } from './refused-body.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerChatRoute } from './routes/chat.js';
@@ -71,7 +72,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   registerJsonBody(app);
-  registerStages(app, [identifyStage(deps)]);
+  registerStages(app, [identifyStage(deps), watchBodyStage(app, deps)]);
   guardServer(app, deps);
   closeConnectionsAsCallsEnd(app, deps);
 
@@ -92,7 +93,8 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiError = toApiError(error, config.limits.bodyBytes);
+    // A call cut off for its idle body has had its 408 (the body's reading then fails): its audit entry says 408 too.
+    const apiError = request.call?.cutOff ?? toApiError(error, config.limits.bodyBytes);
     // Health says why writes fail until one succeeds again.
     if (apiError.code === 'storage_unavailable')
       deps.store?.writes.note(error, `${request.method} ${request.routeOptions.url ?? request.url}`);
@@ -172,6 +174,33 @@ function closeConnectionsAsCallsEnd(app: FastifyInstance, deps: PipelineDeps): v
     if (deps.state.draining) app.server.closeIdleConnections();
     done();
   });
+}
+
+/**
+ * Watches every request body as it arrives (body-idle.ts): one that goes timeouts.bodyIdleMs without a byte gets 408
+ * in OpenAI's shape, with the call's own headers, and its connection is closed once that has gone out.
+ */
+function watchBodyStage(app: FastifyInstance, deps: PipelineDeps): Stage {
+  const idleMs = deps.config.timeouts.bodyIdleMs;
+  const watch = new BodyIdleWatch(idleMs, (request) => {
+    const error = new ApiError(
+      'request_timeout',
+      `The request body stopped arriving: nothing came for ${idleMs / 1000} s (timeouts.bodyIdleMs). Send the whole body without pausing.`,
+    );
+    request.call.cutOff = error;
+    request.log.info({ idleMs }, 'a request body stopped arriving; the connection is closed');
+    const socket = request.raw.socket;
+    writeSocketError(socket, 408, 'Request Timeout', error, { ...deps.fixedHeaders, 'X-Request-Id': request.id });
+    // Once the answer has gone; a client that reads nothing at all is not waited for long.
+    const destroy = () => socket.destroy();
+    socket.once('finish', destroy);
+    setTimeout(destroy, 1000).unref();
+  });
+  app.addHook('onClose', (_instance, done) => {
+    watch.close();
+    done();
+  });
+  return { name: 'watch body', hook: 'onRequest', run: (request, reply) => watch.watch(request, reply) };
 }
 
 /** Node-level events fastify does not route: they still get our headers and error shape. */

@@ -8,6 +8,12 @@ export interface ProjectRecord {
   id: string;
   name: string;
   createdAt: string;
+  /**
+   * Limits all the project's keys share (cloud, frontier), set by the operator (`sovereign projects limits`); absent:
+   * limits.defaultProjectRpm and limits.defaultProjectTpm.
+   */
+  rpm?: number;
+  tpm?: number;
 }
 
 export interface KeyRecord {
@@ -49,7 +55,7 @@ export interface KeyView {
 
 export class KeysError extends Error {
   constructor(
-    readonly kind: 'not_found' | 'conflict' | 'invalid',
+    readonly kind: 'not_found' | 'conflict' | 'invalid' | 'cap',
     message: string,
   ) {
     super(message);
@@ -68,6 +74,8 @@ function checkLimit(name: string, value: number | undefined): void {
 /** A key record as authentication needs it, with its hashes ready to compare. */
 interface CachedKey {
   record: KeyRecord;
+  /** The key's project, read with it (its limits apply to the key's calls). */
+  project: ProjectRecord | undefined;
   /** The stored hashes as `secretDigest` makes them, for the per-call comparison. */
   digest: string;
   previous?: string;
@@ -78,6 +86,8 @@ const VERSION = 'keys';
 /** A presented secret's key, and whether the secret is the key's current one (else its previous one, in its grace). */
 export interface KeyMatch {
   record: KeyRecord;
+  /** The key's project, if it still exists. */
+  project: ProjectRecord | undefined;
   current: boolean;
 }
 
@@ -160,7 +170,14 @@ export class KeyRegistry {
     return key;
   }
 
-  createKey(options: { project: string; name?: string; rpm?: number; tpm?: number; plan?: string }): { key: KeyView; secret: string } {
+  /**
+   * A new key in a project. `maxActive` caps the project's active keys (a dashboard member's, limits.maxKeysPerProject):
+   * counted and written in one transaction, so keys created at once cannot pass it together.
+   */
+  createKey(options: { project: string; name?: string; rpm?: number; tpm?: number; plan?: string; maxActive?: number }): {
+    key: KeyView;
+    secret: string;
+  } {
     checkLimit('rpm', options.rpm);
     checkLimit('tpm', options.tpm);
     const project = this.requireProject(options.project);
@@ -177,8 +194,44 @@ export class KeyRegistry {
       ...(options.tpm !== undefined ? { tpm: options.tpm } : {}),
       ...(options.plan !== undefined ? { plan: options.plan } : {}),
     };
-    this.keys.transactionSync(() => this.save(record));
+    const max = options.maxActive;
+    this.keys.transactionSync(() => {
+      if (max !== undefined && this.activeKeys(project.id) >= max) {
+        throw new KeysError(
+          'cap',
+          `project '${project.name}' already has ${max} active key${max === 1 ? '' : 's'}, the most a project may have here (limits.maxKeysPerProject). Revoke a key you no longer use, or ask the operator.`,
+        );
+      }
+      this.save(record);
+    });
     return { key: this.view(record), secret };
+  }
+
+  /** Keys of the project that still authenticate (not revoked). */
+  activeKeys(projectId: string): number {
+    let count = 0;
+    for (const { value } of this.keys.getRange()) if (value.projectId === projectId && !value.revokedAt) count++;
+    return count;
+  }
+
+  /**
+   * Sets or clears (null) the limits all a project's keys share; the operator's alone (`sovereign projects limits`).
+   * Bumps the keys' version, so the running daemon applies them on the next call.
+   */
+  setProjectLimits(ref: string, limits: { rpm?: number | null; tpm?: number | null }): ProjectRecord {
+    checkLimit('rpm', limits.rpm ?? undefined);
+    checkLimit('tpm', limits.tpm ?? undefined);
+    return this.projects.transactionSync(() => {
+      const next: ProjectRecord = { ...this.requireProject(ref) };
+      for (const field of ['rpm', 'tpm'] as const) {
+        const value = limits[field];
+        if (value === null) delete next[field];
+        else if (value !== undefined) next[field] = value;
+      }
+      this.projects.putSync(next.id, next);
+      this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
+      return next;
+    });
   }
 
   listKeys(options: { project?: string } = {}): KeyView[] {
@@ -263,8 +316,8 @@ export class KeyRegistry {
     const previous = digestMatches(presented, key?.previous);
     const record = key?.record;
     if (!record || record.revokedAt) return null;
-    if (current) return { record, current: true };
-    if (previous && record.previous && record.previous.until > now) return { record, current: false };
+    if (current) return { record, project: key.project, current: true };
+    if (previous && record.previous && record.previous.until > now) return { record, project: key.project, current: false };
     return null;
   }
 
@@ -283,8 +336,10 @@ export class KeyRegistry {
     const record = this.keys.get(id);
     // Unknown ids are not cached: anyone can present them, and a miss costs one read.
     if (!record) return undefined;
+    const project = this.projects.get(record.projectId);
     key = {
       record,
+      project: typeof project === 'object' ? project : undefined,
       digest: Buffer.from(record.hash).toString('base64'),
       ...(record.previous ? { previous: Buffer.from(record.previous.hash).toString('base64') } : {}),
     };

@@ -42,6 +42,40 @@ export class Gcra {
     return decision(true, limit, next, now, interval, 0);
   }
 
+  /**
+   * Takes `cost` from every bucket if it fits in each, else from none (a key's bucket and its project's are decided
+   * together). Each decision says whether its own bucket had room, and its state after the outcome.
+   */
+  consumeAll(
+    buckets: ReadonlyArray<{ name: string; limit: number }>,
+    cost: number,
+    now = Date.now(),
+  ): { allowed: boolean; decisions: Decision[] } {
+    if (buckets.length === 1) {
+      const only = this.consume(buckets[0]!.name, buckets[0]!.limit, cost, now);
+      return { allowed: only.allowed, decisions: [only] };
+    }
+    const nexts: number[] = [];
+    let allowed = true;
+    for (const { name, limit } of buckets) {
+      const next = Math.max(this.tat.get(name) ?? now, now) + cost * (PERIOD_MS / limit);
+      nexts.push(next);
+      if (cost > limit || next - PERIOD_MS > now) allowed = false;
+    }
+    const decisions = buckets.map(({ name, limit }, i) => {
+      const interval = PERIOD_MS / limit;
+      const tat = Math.max(this.tat.get(name) ?? now, now);
+      const allowAt = nexts[i]! - PERIOD_MS;
+      if (cost > limit) return decision(false, limit, tat, now, interval, Infinity);
+      if (allowAt > now) return decision(false, limit, tat, now, interval, allowAt - now);
+      if (!allowed) return decision(true, limit, tat, now, interval, 0);
+      this.tat.set(name, nexts[i]!);
+      return decision(true, limit, nexts[i]!, now, interval, 0);
+    });
+    if (allowed && this.tat.size > SWEEP_AT) this.sweep(now);
+    return { allowed, decisions };
+  }
+
   /** Gives units back (negative `delta`) or takes more (positive) after the real cost is known; never refuses. */
   adjust(bucket: string, limit: number, delta: number, now = Date.now()): void {
     const interval = PERIOD_MS / limit;

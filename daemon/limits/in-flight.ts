@@ -1,9 +1,23 @@
 // The device's own ceiling: past `max` concurrent calls, new ones are refused with 503 and Retry-After instead of
-// queueing without bound.
+// queueing without bound. Within it, each key and each project may hold only its share (shares.ts).
+import { InFlightShares, type ShareSizes } from './shares.js';
+
 export class InFlightGate {
   private count = 0;
+  readonly shares: InFlightShares;
 
-  constructor(private readonly max: number) {}
+  /** Without `sizes`, a key or a project may hold every place. */
+  constructor(
+    private readonly max: number,
+    sizes: ShareSizes = { perKey: max, perProject: max },
+  ) {
+    this.shares = new InFlightShares(sizes);
+  }
+
+  /** A place under the ceiling, or null when every place is taken. */
+  enter(): InFlightPlace | null {
+    return this.tryEnter() ? new InFlightPlace(this) : null;
+  }
 
   tryEnter(): boolean {
     if (this.count >= this.max) return false;
@@ -17,5 +31,35 @@ export class InFlightGate {
 
   get current(): number {
     return this.count;
+  }
+
+  get capacity(): number {
+    return this.max;
+  }
+}
+
+/** One call's place: under the ceiling, then also in its key's and project's shares once the key is known. */
+export class InFlightPlace {
+  private keyId: string | null = null;
+  private projectId: string | null = null;
+  private released = false;
+
+  constructor(private readonly gate: InFlightGate) {}
+
+  /** Counts the place in the key's and the project's shares; when either is full, says which (and counts nothing). */
+  share(keyId: string, projectId: string): 'key' | 'project' | null {
+    const full = this.gate.shares.tryEnter(keyId, projectId);
+    if (full) return full;
+    this.keyId = keyId;
+    this.projectId = projectId;
+    return null;
+  }
+
+  /** Gives the place back; the second and later calls do nothing. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.gate.leave();
+    if (this.keyId !== null) this.gate.shares.leave(this.keyId, this.projectId!);
   }
 }

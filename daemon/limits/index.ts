@@ -1,6 +1,7 @@
 export { Gcra, type Decision } from './gcra.js';
-export { InFlightGate } from './in-flight.js';
+export { InFlightGate, InFlightPlace } from './in-flight.js';
 export { KeyLimits, LimiterUnavailableError, formatDuration, type KeyQuota, type LimitHeaders } from './key-limits.js';
 export { keyLimits, planLimits, type PlanLimits } from './plans.js';
 export { MemoryLimitStore, type LimitStore } from './store.js';
 export { RedisLimitStore, type RedisLimitOptions } from './redis-store.js';
+export { InFlightShares, shareSizes, type ShareSizes } from './shares.js';

@@ -1,14 +1,18 @@
-// Per-key request and token limits for the metered postures, and the headers OpenAI sends about them. The buckets
-// live in a LimitStore: in memory for one daemon, in Redis for replicas that share limits (store.ts).
+// Per-key and per-project request and token limits for the metered postures, and the headers OpenAI sends about
+// them. A call takes from its key's bucket and its project's together, so a project's keys between them never exceed
+// the project's limit however many keys it has. The buckets live in a LimitStore: in memory for one daemon, in Redis
+// for replicas that share limits (store.ts).
 import { ApiError } from '../errors/index.js';
 import type { Decision } from './gcra.js';
-import { MemoryLimitStore, type Bucket, type LimitStore, type PairDecision } from './store.js';
+import { MemoryLimitStore, type Bucket, type GroupDecision, type LimitStore } from './store.js';
 
-/** A key's limits. Treated as immutable: a key whose limits change gets a new quota object. */
+/** A key's limits, and its project's. Treated as immutable: a key whose limits change gets a new quota object. */
 export interface KeyQuota {
   readonly keyId: string;
   readonly rpm: number;
   readonly tpm: number;
+  /** The limits all the keys of the key's project share; absent, only the key's own apply. */
+  readonly project?: { readonly id: string; readonly rpm: number; readonly tpm: number };
 }
 
 export type LimitHeaders = Record<string, string>;
@@ -71,8 +75,13 @@ export class KeyLimits {
    * The store's decision: synchronous for the memory store (a call that needs no wait costs no promise), a promise
    * for Redis. A store that fails is reported as LIMITER_UNAVAILABLE either way.
    */
-  private decide(change: Bucket, cost: number, other: Bucket, now: number | undefined): PairDecision | Promise<PairDecision> {
-    let decision: PairDecision | Promise<PairDecision>;
+  private decide(
+    change: readonly Bucket[],
+    cost: number,
+    other: readonly Bucket[],
+    now: number | undefined,
+  ): GroupDecision | Promise<GroupDecision> {
+    let decision: GroupDecision | Promise<GroupDecision>;
     try {
       decision = this.store.consume(change, cost, other, now);
     } catch (err) {
@@ -123,49 +132,84 @@ export class KeyLimits {
   }
 }
 
-function admitted(quota: KeyQuota, { changed: decision, other }: PairDecision): LimitHeaders {
-  const headers = limitHeaders(decision, other);
-  if (!decision.allowed) {
+/**
+ * Of a key's decision and its project's, the one the headers describe: the refusing one (the one that frees last, if
+ * both refused), else the one with fewer units left, so the headers say how much the caller may really still use.
+ */
+function binding(decisions: Decision[]): { decision: Decision; project: boolean } {
+  let at = 0;
+  for (let i = 1; i < decisions.length; i++) {
+    const best = decisions[at]!;
+    const next = decisions[i]!;
+    const worse = !next.allowed ? best.allowed || next.retryAfterMs > best.retryAfterMs : best.allowed && next.remaining < best.remaining;
+    if (worse) at = i;
+  }
+  return { decision: decisions[at]!, project: at > 0 };
+}
+
+/** Whose limit refused: the key's, or the project's shared by all its keys. */
+function whose(quota: KeyQuota, project: boolean, unit: 'requests' | 'tokens'): string {
+  if (project && quota.project) {
+    const limit = unit === 'requests' ? quota.project.rpm : quota.project.tpm;
+    return `project ${quota.project.id}: ${limit} ${unit} per minute, shared by all its keys`;
+  }
+  return `key ${quota.keyId}: ${unit === 'requests' ? quota.rpm : quota.tpm} ${unit} per minute`;
+}
+
+function admitted(quota: KeyQuota, group: GroupDecision): LimitHeaders {
+  const { decision, project } = binding(group.changed);
+  const headers = limitHeaders(decision, binding(group.other).decision);
+  if (!group.allowed) {
     const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
     throw new ApiError(
       'rate_limit_exceeded',
-      `Rate limit reached for key ${quota.keyId}: ${quota.rpm} requests per minute. Retry in ${seconds}s, or ask the operator for a higher limit.`,
+      `Rate limit reached for ${whose(quota, project, 'requests')}. Retry in ${seconds}s, or ask the operator for a higher limit.`,
       { headers: { ...headers, 'retry-after': String(seconds) }, type: 'requests' },
     );
   }
   return headers;
 }
 
-function reserved(quota: KeyQuota, tokens: number, { changed: decision, other }: PairDecision): LimitHeaders {
-  if (decision.allowed) return tokenHeaders(decision);
-  const headers = limitHeaders(other, decision);
+function reserved(quota: KeyQuota, tokens: number, group: GroupDecision): LimitHeaders {
+  const { decision, project } = binding(group.changed);
+  if (group.allowed) return tokenHeaders(decision);
+  const headers = limitHeaders(binding(group.other).decision, decision);
   if (!Number.isFinite(decision.retryAfterMs)) {
+    const limit = project && quota.project ? quota.project.tpm : quota.tpm;
+    const holder = project && quota.project ? `project ${quota.project.id}` : `key ${quota.keyId}`;
     throw new ApiError(
       'rate_limit_exceeded',
-      `This request needs up to ${tokens} tokens, more than the ${quota.tpm} tokens per minute allowed for key ${quota.keyId}. Lower max_tokens or shorten the input.`,
+      `This request needs up to ${tokens} tokens, more than the ${limit} tokens per minute allowed for ${holder}. Lower max_tokens or shorten the input.`,
       { headers: { ...headers, 'retry-after': '60' }, type: 'tokens' },
     );
   }
   const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
   throw new ApiError(
     'rate_limit_exceeded',
-    `Rate limit reached for key ${quota.keyId}: ${quota.tpm} tokens per minute. Retry in ${seconds}s, or ask the operator for a higher limit.`,
+    `Rate limit reached for ${whose(quota, project, 'tokens')}. Retry in ${seconds}s, or ask the operator for a higher limit.`,
     { headers: { ...headers, 'retry-after': String(seconds) }, type: 'tokens' },
   );
 }
 
 /**
- * A quota's two buckets, made once per quota object: the pipeline keeps one quota per authenticated key, so a call
- * makes no bucket names (and the store's map hashes no new string).
+ * A quota's buckets, made once per quota object: the pipeline keeps one quota per authenticated key, so a call makes
+ * no bucket names (and the store's map hashes no new string). Every name starts with the project's hash tag, which
+ * keeps all of a call's buckets in one Redis cluster slot.
  */
-const buckets = new WeakMap<KeyQuota, { requests: Bucket; tokens: Bucket }>();
-function bucketsOf(quota: KeyQuota): { requests: Bucket; tokens: Bucket } {
-  let pair = buckets.get(quota);
-  if (!pair) {
-    pair = { requests: { name: `r:${quota.keyId}`, limit: quota.rpm }, tokens: { name: `t:${quota.keyId}`, limit: quota.tpm } };
-    buckets.set(quota, pair);
+const buckets = new WeakMap<KeyQuota, { requests: Bucket[]; tokens: Bucket[] }>();
+function bucketsOf(quota: KeyQuota): { requests: Bucket[]; tokens: Bucket[] } {
+  let made = buckets.get(quota);
+  if (!made) {
+    const { keyId, project } = quota;
+    const tag = `{${project?.id ?? keyId}}`;
+    made = { requests: [{ name: `${tag}:r:${keyId}`, limit: quota.rpm }], tokens: [{ name: `${tag}:t:${keyId}`, limit: quota.tpm }] };
+    if (project) {
+      made.requests.push({ name: `${tag}:r:${project.id}`, limit: project.rpm });
+      made.tokens.push({ name: `${tag}:t:${project.id}`, limit: project.tpm });
+    }
+    buckets.set(quota, made);
   }
-  return pair;
+  return made;
 }
-const requestsOf = (quota: KeyQuota): Bucket => bucketsOf(quota).requests;
-const tokensOf = (quota: KeyQuota): Bucket => bucketsOf(quota).tokens;
+const requestsOf = (quota: KeyQuota): Bucket[] => bucketsOf(quota).requests;
+const tokensOf = (quota: KeyQuota): Bucket[] => bucketsOf(quota).tokens;

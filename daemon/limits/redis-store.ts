@@ -2,63 +2,73 @@
 // which Redis runs atomically, on the server's own clock (replicas' clocks may differ), so concurrent calls through
 // any number of replicas cannot both take the last unit: the limit holds exactly, as it does in one process. The
 // algorithm is the same GCRA as gcra.ts (one number per bucket, the theoretical arrival time), and a bucket's key
-// expires once it is full again, so idle keys cost Redis nothing. A key's two buckets share a hash tag, so they live
-// in one slot of a cluster.
+// expires once it is full again, so idle keys cost Redis nothing. A call's buckets (its key's and its project's, of
+// both kinds) share the project's hash tag, so they live in one slot of a cluster.
 //
 // When Redis does not answer, nothing is admitted (the caller answers 503): limits that cannot be checked are not
 // skipped. Health reports it.
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import type { Decision } from './gcra.js';
-import type { Bucket, LimitStore, PairDecision } from './store.js';
+import type { Bucket, GroupDecision, LimitStore } from './store.js';
 
+// KEYS: the buckets to take from (the first ARGV[1] of them), then the buckets only read. ARGV: that count, the cost,
+// the mode ('consume' or 'adjust'), then each bucket's limit. Takes the cost from every bucket to take from if it fits
+// in each, else from none. Returns whether it did, then per bucket: whether it had room, remaining units, the time
+// until it is full again and (refused) until the cost would fit, -1 for never.
 const GCRA_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local period = 60000
-local limit = tonumber(ARGV[1])
+local changing = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
-local interval = period / limit
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-local allowed = 0
-local retry = 0
-if ARGV[4] == 'adjust' then
-  tat = tat + cost * interval
+local adjust = ARGV[3] == 'adjust'
+local tats, limits, fits, retries = {}, {}, {}, {}
+local all = 1
+for i = 1, #KEYS do
+  limits[i] = tonumber(ARGV[3 + i])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or now)
   if tat < now then tat = now end
-  allowed = 1
-elseif cost > limit then
-  retry = -1
-else
-  local nextTat = tat + cost * interval
-  local allowAt = nextTat - period
-  if allowAt > now then
-    retry = allowAt - now
-  else
-    tat = nextTat
-    allowed = 1
+  tats[i] = tat
+  fits[i] = 1
+  retries[i] = 0
+  if i <= changing and not adjust then
+    local allowAt = tat + cost * period / limits[i] - period
+    if cost > limits[i] then
+      fits[i] = 0
+      retries[i] = -1
+    elseif allowAt > now then
+      fits[i] = 0
+      retries[i] = allowAt - now
+    end
+    if fits[i] == 0 then all = 0 end
   end
 end
-if allowed == 1 then
-  if tat > now then
-    redis.call('SET', KEYS[1], string.format('%.17g', tat), 'PX', math.ceil(tat - now) + 1000)
-  else
-    redis.call('DEL', KEYS[1])
+if all == 1 then
+  for i = 1, changing do
+    local tat = tats[i] + cost * period / limits[i]
+    if tat < now then tat = now end
+    tats[i] = tat
+    if tat > now then
+      redis.call('SET', KEYS[i], string.format('%.17g', tat), 'PX', math.ceil(tat - now) + 1000)
+    else
+      redis.call('DEL', KEYS[i])
+    end
   end
 end
-local function state(at, step)
-  local remaining = math.floor((now + period - at) / step + 1e-9)
+local out = {all}
+for i = 1, #KEYS do
+  local step = period / limits[i]
+  local remaining = math.floor((now + period - tats[i]) / step + 1e-9)
   if remaining < 0 then remaining = 0 end
-  local reset = at - now
+  local reset = tats[i] - now
   if reset < 0 then reset = 0 end
-  return remaining, reset
+  table.insert(out, fits[i])
+  table.insert(out, remaining)
+  table.insert(out, tostring(reset))
+  table.insert(out, tostring(retries[i]))
 end
-local remaining, reset = state(tat, interval)
-local otherLimit = tonumber(ARGV[3])
-local otherTat = tonumber(redis.call('GET', KEYS[2]) or now)
-if otherTat < now then otherTat = now end
-local otherRemaining, otherReset = state(otherTat, period / otherLimit)
-return {allowed, remaining, tostring(reset), tostring(retry), otherRemaining, tostring(otherReset)}
+return out
 `;
 
 export interface RedisLimitOptions {
@@ -73,16 +83,11 @@ interface Log {
   warn(obj: object, msg: string): void;
 }
 
-type ScriptReply = [number, number, string, string, number, string];
+/** The script's answer: whether it took, then four values per bucket (see GCRA_SCRIPT). */
+type ScriptReply = Array<number | string>;
 
 interface GcraCommand {
-  sovereignGcra(change: string, other: string, limit: number, cost: number, otherLimit: number, mode: string): Promise<ScriptReply>;
-}
-
-/** "{key_abc}:r" → the prefix, then a hash tag of the key id, so both buckets of a key share a cluster slot. */
-function redisKey(prefix: string, bucket: string): string {
-  const colon = bucket.indexOf(':');
-  return `${prefix}{${bucket.slice(colon + 1)}}:${bucket.slice(0, colon)}`;
+  sovereignGcra(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<ScriptReply>;
 }
 
 export class RedisLimitStore implements LimitStore {
@@ -122,7 +127,8 @@ export class RedisLimitStore implements LimitStore {
       connectTimeout: Math.max(this.options.timeoutMs, 1000),
       retryStrategy: (times) => Math.min(100 * times, 2000),
     }) as Redis & GcraCommand;
-    redis.defineCommand('sovereignGcra', { numberOfKeys: 2, lua: GCRA_SCRIPT });
+    // The number of keys varies (a key's buckets, and its project's when it has one): given with each call.
+    redis.defineCommand('sovereignGcra', { lua: GCRA_SCRIPT });
     redis.on('ready', () => {
       if (this.lastError) this.log.info({ limiter: 'redis' }, 'the shared rate limiter is connected');
       this.lastError = null;
@@ -145,12 +151,12 @@ export class RedisLimitStore implements LimitStore {
     }
   }
 
-  async consume(change: Bucket, cost: number, other: Bucket): Promise<PairDecision> {
+  async consume(change: readonly Bucket[], cost: number, other: readonly Bucket[]): Promise<GroupDecision> {
     return this.run(change, cost, other, 'consume');
   }
 
-  async adjust(bucket: Bucket, delta: number): Promise<void> {
-    await this.run(bucket, delta, bucket, 'adjust');
+  async adjust(buckets: readonly Bucket[], delta: number): Promise<void> {
+    await this.run(buckets, delta, [], 'adjust');
   }
 
   problem(): string | null {
@@ -162,26 +168,29 @@ export class RedisLimitStore implements LimitStore {
     this.redis?.disconnect();
   }
 
-  private async run(change: Bucket, cost: number, other: Bucket, mode: 'consume' | 'adjust'): Promise<PairDecision> {
+  private async run(change: readonly Bucket[], cost: number, other: readonly Bucket[], mode: 'consume' | 'adjust'): Promise<GroupDecision> {
     if (!this.redis) throw new Error('the shared rate limiter is not started');
     const prefix = this.options.keyPrefix;
-    const [allowed, remaining, reset, retry, otherRemaining, otherReset] = await this.redis.sovereignGcra(
-      redisKey(prefix, change.name),
-      redisKey(prefix, other.name),
-      change.limit,
+    const buckets = [...change, ...other];
+    const reply = await this.redis.sovereignGcra(
+      buckets.length,
+      ...buckets.map((b) => prefix + b.name),
+      change.length,
       cost,
-      other.limit,
       mode,
+      ...buckets.map((b) => b.limit),
     );
-    const retryMs = Number(retry);
-    const changed: Decision = {
-      allowed: allowed === 1,
-      limit: change.limit,
-      remaining,
-      resetMs: Number(reset),
-      retryAfterMs: retryMs < 0 ? Infinity : retryMs,
-    };
-    const read: Decision = { allowed: true, limit: other.limit, remaining: otherRemaining, resetMs: Number(otherReset), retryAfterMs: 0 };
-    return { changed, other: read };
+    const decisions = buckets.map((bucket, i): Decision => {
+      const at = 1 + i * 4;
+      const retryMs = Number(reply[at + 3]);
+      return {
+        allowed: Number(reply[at]) === 1,
+        limit: bucket.limit,
+        remaining: Number(reply[at + 1]),
+        resetMs: Number(reply[at + 2]),
+        retryAfterMs: retryMs < 0 ? Infinity : retryMs,
+      };
+    });
+    return { allowed: Number(reply[0]) === 1, changed: decisions.slice(0, change.length), other: decisions.slice(change.length) };
   }
 }

@@ -11,7 +11,7 @@ import { buildApp, type DaemonState, type PipelineDeps } from '../http/index.js'
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
-import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore } from '../limits/index.js';
+import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore, shareSizes } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
 import { scannerKind } from '../scrub/index.js';
@@ -89,7 +89,7 @@ export async function startDaemon(
     config,
     keys: new KeyRegistry(store),
     limits: new KeyLimits(limitStore, laterLog),
-    gate: new InFlightGate(config.limits.maxInFlight),
+    gate: new InFlightGate(config.limits.maxInFlight, shareSizes(config.limits)),
     catalog,
     engines,
     state,
