@@ -40,6 +40,11 @@ const MADA_PREFIXES: ReadonlyArray<readonly [number, number]> = [
   [636120, 6],
 ];
 
+function isMada(d: Uint8Array, at: number): boolean {
+  for (const [value, width] of MADA_PREFIXES) if (prefix(d, at, width) === value) return true;
+  return false;
+}
+
 /** The card network of the `n` digit values from `at` in `d`, by issuer range and length, or null. */
 function networkOf(d: Uint8Array, at: number, n: number): string | null {
   const p2 = d[at]! * 10 + d[at + 1]!;
@@ -48,7 +53,7 @@ function networkOf(d: Uint8Array, at: number, n: number): string | null {
   if (p2 >= 40 && p2 <= 49 && (n === 13 || n === 16 || n === 19)) return 'visa';
   if (n === 16 && ((p2 >= 51 && p2 <= 55) || (p4 >= 2221 && p4 <= 2720))) return 'mastercard';
   if (n === 15 && (p2 === 34 || p2 === 37)) return 'amex';
-  if (n === 16 && MADA_PREFIXES.some(([value, width]) => prefix(d, at, width) === value)) return 'mada';
+  if (n === 16 && isMada(d, at)) return 'mada';
   if (n >= 16 && n <= 19) {
     const p6 = prefix(d, at, 6);
     if (p4 === 6011 || (p3 >= 644 && p3 <= 649) || p2 === 65 || (p6 >= 622126 && p6 <= 622925)) return 'discover';
@@ -204,24 +209,42 @@ class NumberFinder implements RunSink {
     // Where each group's digits end is where the next one's begin: the last group's end too, for this loop.
     from[groups] = run.count;
     // Long runs check each reading against prefix sums; a short one reads its few digits.
-    const sums = run.count > LONGEST_VALUE && this.prefixSums(run);
+    const sums = run.count > LONGEST_VALUE;
+    if (sums) this.prefixSums(run);
+    const { even, odd, found } = this;
+    let covered = this.coveredThrough - base;
+    const count = run.count;
     // Read only where it matters (a ten-digit value at the run's start): most runs never need it.
     let label: Label | undefined;
+    // Two positions that only move forward as `a` does, so each reading is looked at once: the first group at which a
+    // reading from `a` reaches a value's shortest length, and the first group set aside at or after `a` (no reading
+    // goes through one).
+    let reach = this.judged;
+    let barrier = this.judged;
     for (let a = this.judged; a < limit; a++) {
-      if (excluded[a] || base + a <= this.coveredThrough) continue;
+      if (excluded[a] || a <= covered) continue;
       const start = from[a]!;
+      // Fewer digits left in the run than the shortest value has: no value starts here or after.
+      if (count - start < SHORTEST_VALUE) break;
       const first = digits[start]!;
+      if (barrier < a) barrier = a;
+      while (barrier < groups && !excluded[barrier]) barrier++;
+      if (reach < a) reach = a;
+      while (reach < groups && from[reach + 1]! - start < SHORTEST_VALUE) reach++;
       let best = -1;
       let bestType: RedactionType | null = null;
-      for (let b = a; b < groups && !excluded[b]; b++) {
+      for (let b = reach; b < barrier; b++) {
         const to = from[b + 1]!;
         const length = to - start;
         // A value's length (mayBeValue), written out: this loop runs for every group of every number-dense text.
-        if (length < SHORTEST_VALUE) continue;
         if (length > LONGEST_VALUE) break;
         if (length === SHORTEST_VALUE ? first !== 1 && first !== 2 : length < 13) continue;
-        // Every value is Luhn-valid: most numbers fail here.
-        if (!(sums ? this.luhnWindow(start, to) : luhnDigits(digits, start, to))) continue;
+        // Every value is Luhn-valid (most numbers fail here): in a window ending at `to`, the digits doubled have the
+        // parity of `to`.
+        const valid = sums
+          ? ((to % 2 === 0 ? even : odd)[to]! - (to % 2 === 0 ? even : odd)[start]!) % 10 === 0
+          : luhnDigits(digits, start, to);
+        if (!valid) continue;
         const type = classifyValid(digits, start, length);
         if (!type || (length === SHORTEST_VALUE && base + a === 0 && (label ??= labelBefore(text, run.start[0]!)) === 'other')) continue;
         best = b;
@@ -235,9 +258,10 @@ class NumberFinder implements RunSink {
         a === best && end - run.start[a]! === to - start && text.charCodeAt(end - 1) < 0x80
           ? text.slice(run.start[a], end)
           : run.digitString(start, to);
-      this.found.push({ type: bestType, start: run.start[a]!, end, value });
-      this.coveredThrough = base + best;
+      found.push({ type: bestType, start: run.start[a]!, end, value });
+      covered = best;
     }
+    this.coveredThrough = base + covered;
   }
 
   /**
@@ -270,7 +294,8 @@ class NumberFinder implements RunSink {
     return excluded;
   }
 
-  private prefixSums(run: RunBuffer): true {
+  /** Luhn prefix sums of the buffer's digits (see `even`, `odd`). */
+  private prefixSums(run: RunBuffer): void {
     if (this.even.length <= run.count) {
       this.even = new Int32Array(run.count * 2 + 1);
       this.odd = new Int32Array(run.count * 2 + 1);
@@ -287,13 +312,6 @@ class NumberFinder implements RunSink {
       even[i + 1] = even[i]! + (i % 2 === 0 ? doubled : d);
       odd[i + 1] = odd[i]! + (i % 2 === 1 ? doubled : d);
     }
-    return true;
-  }
-
-  /** Luhn over the digits from `from` to `to`: in a window ending at `to`, the digits doubled have the parity of `to`. */
-  private luhnWindow(from: number, to: number): boolean {
-    const sums = to % 2 === 0 ? this.even : this.odd;
-    return (sums[to]! - sums[from]!) % 10 === 0;
   }
 }
 

@@ -10,12 +10,12 @@ import { fileURLToPath } from 'node:url';
 export interface NativeScan {
   /** Where every run that may be an IBAN's check digits begins. */
   starts: Int32Array;
-  /** Where every run of ten digits or more begins. */
+  /** Where every run begins some of whose groups in a row have a value's length (runs.ts's mayBeValue). */
   runs: Int32Array;
 }
 
 interface Addon {
-  init(unitKinds: Uint8Array, mayPrecedeIban: Uint8Array, astralKinds: Uint8Array): void;
+  init(unitKinds: Uint8Array, unitValues: Int8Array, mayPrecedeIban: Uint8Array, astralKinds: Uint8Array, astralValues: Int8Array): void;
   scan(text: string): NativeScan;
 }
 

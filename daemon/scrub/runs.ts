@@ -231,7 +231,8 @@ function readRun(text: string, i: number, sink: RunSink | null, starts: number[]
         if (buffer.groups === MAX_BUFFERED_GROUPS && sink) sink.take(text, buffer, false);
         buffer.addGroup(buffer.count, i, gap);
       }
-      // This digit, and those of the BMP right after it (most of a number), in one tight loop.
+      // This digit, those of the BMP right after it (most of a number), and the groups after it that one plain
+      // separator joins (a table's, a grouped number's), in one tight loop.
       let stored = buffer.digits;
       let count = buffer.count;
       let at = i + width;
@@ -240,8 +241,24 @@ function readRun(text: string, i: number, sink: RunSink | null, starts: number[]
         stored[count++] = value;
         if (at >= length) break;
         value = UNIT_VALUES[text.charCodeAt(at)]!;
+        if (value >= 0) {
+          at++;
+          continue;
+        }
+        const separator = text.charCodeAt(at);
+        if (at + 1 >= length || UNIT_KINDS[separator] !== SEPARATOR) break;
+        value = UNIT_VALUES[text.charCodeAt(at + 1)]!;
         if (value < 0) break;
-        at++;
+        buffer.end[buffer.groups - 1] = at;
+        digits += count - buffer.count;
+        buffer.count = count;
+        if (buffer.groups === MAX_BUFFERED_GROUPS && sink) {
+          sink.take(text, buffer, false);
+          count = buffer.count;
+        }
+        buffer.addGroup(count, at + 1, separator);
+        stored = buffer.digits;
+        at += 2;
       }
       digits += count - buffer.count;
       buffer.count = count;
@@ -283,7 +300,7 @@ function readRun(text: string, i: number, sink: RunSink | null, starts: number[]
 /** Below this many UTF-16 units (a streamed answer's window, a short message) calling the native scanner costs more. */
 const NATIVE_FROM = 2048;
 
-const nativeScan = loadNativeScanner([UNIT_KINDS, MAY_PRECEDE_IBAN_DIGITS, ASTRAL_KINDS]);
+const nativeScan = loadNativeScanner([UNIT_KINDS, UNIT_VALUES, MAY_PRECEDE_IBAN_DIGITS, ASTRAL_KINDS, ASTRAL_VALUES]);
 
 /** Which scanner finds the runs of long texts, for the log at start. */
 export const scannerKind: 'native' | 'javascript' = nativeScan ? 'native' : 'javascript';

@@ -7,7 +7,7 @@ import { mayCutBefore } from './detect.js';
 import { openIbanStart } from './iban.js';
 import type { JsonPosition } from './json.js';
 import { LABEL_LOOKBACK } from './labels.js';
-import { openRunStart, scanDigits } from './runs.js';
+import { openRunStart, scanDigitsJs } from './runs.js';
 import { noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
 
 /** Neither joins nor continues a value: after it, matching starts afresh. */
@@ -37,7 +37,7 @@ function forcedCut(text: string): number {
   let cut = -1;
   let first = true;
   // The open run is the first in what is read, and comes whole: the held window is far shorter than a buffer of groups.
-  scanDigits(text.slice(runStart), {
+  scanDigitsJs(text.slice(runStart), {
     take(_text, run) {
       if (!first) return;
       first = false;

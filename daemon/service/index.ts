@@ -14,7 +14,7 @@ import { UsageMeter } from '../usage/index.js';
 import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore, shareSizes } from '../limits/index.js';
 import { loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
-import { scannerKind } from '../scrub/index.js';
+import { scannerKind, stopScrubWorker } from '../scrub/index.js';
 import { absorbCommitFailures, openStore } from '../store/index.js';
 import { EgressService } from '../egress/index.js';
 import { BootLog } from './boots.js';
@@ -206,6 +206,7 @@ export async function startDaemon(
         await models.dispose();
         await documentsOpened;
         await documents.close();
+        await stopScrubWorker();
         images.close();
         await limitStore.close();
         await deps.usage?.close();
