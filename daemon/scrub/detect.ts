@@ -246,7 +246,7 @@ class NumberFinder implements RunSink {
           : luhnDigits(digits, start, to);
         if (!valid) continue;
         const type = classifyValid(digits, start, length);
-        if (!type || (length === SHORTEST_VALUE && base + a === 0 && (label ??= labelBefore(text, run.start[0]!)) === 'other')) continue;
+        if (!type || (length === SHORTEST_VALUE && base + a === 0 && (label ??= labelBefore(text, run.start[0]!)) === 'time')) continue;
         best = b;
         bestType = type;
       }
@@ -272,7 +272,7 @@ class NumberFinder implements RunSink {
    *    ("0.5122554429744111", "1732700123.512255", "1012345678.50"; "1.012.345.678" groups thousands). Both parts are
    *    set aside, except an integer part that opens the run right after an identifier's label ("ID 1012345678.5");
    *  - an international phone number: a run of at most LONGEST_PHONE digits after "+", or starting with "00".
-   * (A label that names something else, a time or an order, keeps a ten-digit value from starting the run: judge.)
+   * (A label that names a time keeps a ten-digit value from starting the run: judge.)
    */
   private readStructure(text: string, run: RunBuffer): Uint8Array {
     const count = run.groups;

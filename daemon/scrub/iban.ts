@@ -271,7 +271,8 @@ export function openIbanStart(text: string): number {
     if (isDigitSymbol(first.ch) || (p + 2 <= last && !isDigitSymbol(stream[p + 2]!.ch)) || !mayStart(stream, p)) continue;
     // A country code's second letter follows its first directly or after one separator.
     if (p === last) {
-      if (separators <= 1 && COUNTRY_INITIALS.has(first.ch)) return first.start;
+      // Directly, or after one separator when it begins a word ("S A03…"; the first symbol read may be a word's start).
+      if (COUNTRY_INITIALS.has(first.ch) && (separators === 0 || (separators === 1 && (p === 0 || startsWord(first))))) return first.start;
       continue;
     }
     const second = stream[p + 1]!;

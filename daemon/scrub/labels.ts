@@ -1,13 +1,13 @@
 // What the words just before a number say it is. Two readings change what a number is taken for: a label that names
 // an identifier ("ID", "رقم الهوية", "iqama", "card", `"national_id":`) makes "1012345678.5" an ID with a decimal tail
-// rather than an amount; a label that names something else ("ts=", `"created_at":`, "order", "رقم الطلب", "phone")
-// makes a ten-digit number a timestamp, an order or a phone number rather than an ID or Iqama number.
+// rather than an amount; a label that names a time ("ts=", `"created_at":`, "epoch", "تاريخ") makes a ten-digit number a
+// timestamp rather than an ID or Iqama number.
 import { digitValue, isInvisible } from './characters.js';
 
 /** How far back from a number its label is looked for (UTF-16 units). Streaming keeps at least this much (stream.ts). */
 export const LABEL_LOOKBACK = 48;
 
-export type Label = 'identifier' | 'other' | null;
+export type Label = 'identifier' | 'time' | null;
 
 /** Words that say what follows is one of the values scrubbed (English, and Arabic stems matched inside words). */
 const IDENTIFIER_WORDS = new Set([
@@ -36,8 +36,12 @@ const IDENTIFIER_WORDS = new Set([
 ]);
 const IDENTIFIER_STEMS = ['هوي', 'إقام', 'اقام', 'الإقام', 'بطاق', 'مدى', 'سجل'];
 
-/** Words that say what follows is a time, an order or reference, a phone number or a version. */
-const OTHER_WORDS = new Set([
+/**
+ * Words that say what follows is a time: a ten-digit number of seconds since 1970 (every log line has one) looks just
+ * like an ID. Only times: "your reference is 1012345678" or "order 1012345678" may well be an ID a model repeats, so
+ * references, orders and phone numbers are judged by their digits alone.
+ */
+const TIME_WORDS = new Set([
   'ts',
   'time',
   'timestamp',
@@ -52,51 +56,15 @@ const OTHER_WORDS = new Set([
   'exp',
   'iat',
   'nbf',
-  'date',
   'datetime',
-  'ms',
-  'sec',
-  'seconds',
-  'duration',
-  'elapsed',
-  'order',
-  'orders',
-  'invoice',
-  'inv',
-  'ref',
-  'reference',
-  'ticket',
-  'tracking',
-  'awb',
-  'shipment',
-  'booking',
-  'confirmation',
-  'transaction',
-  'txn',
-  'tx',
-  'po',
-  'sku',
-  'serial',
-  'imei',
-  'phone',
-  'mobile',
-  'tel',
-  'telephone',
-  'fax',
-  'version',
-  'build',
-  'port',
-  'pid',
-  'seq',
-  'sequence',
+  'mtime',
+  'ctime',
+  'atime',
 ]);
-const OTHER_STEMS = ['طلب', 'فاتور', 'مرجع', 'جوال', 'هاتف', 'تاريخ', 'وقت', 'شحن', 'تتبع', 'معامل', 'حوال', 'اتصال'];
+const TIME_STEMS = ['تاريخ', 'وقت', 'الطابع الزمني'];
 
 /** Words that only fill the space between a label and its number ("ID number is", "رقم الهوية هو"). */
 const FILLERS = new Set(['number', 'numbers', 'no', 'num', 'nr', 'is', 'was', 'are', 'of', 'the', 'my', 'your', 'رقم', 'هو', 'هي', 'كان']);
-
-/** Identifier words that say nothing on their own: "order id" is an order's. */
-const GENERIC = new Set(['id', 'ids', 'no', 'number']);
 
 /** A key's parts: "national_id" → national, id. */
 function partsOf(word: string): string[] {
@@ -105,7 +73,7 @@ function partsOf(word: string): string[] {
 
 const isStem = (word: string, stems: readonly string[]) => stems.some((stem) => word.includes(stem));
 const isIdentifier = (word: string) => partsOf(word).some((p) => IDENTIFIER_WORDS.has(p)) || isStem(word, IDENTIFIER_STEMS);
-const isOther = (word: string) => partsOf(word).some((p) => OTHER_WORDS.has(p)) || isStem(word, OTHER_STEMS);
+const isTime = (word: string) => partsOf(word).some((p) => TIME_WORDS.has(p)) || isStem(word, TIME_STEMS);
 
 /** Letters a label is written in (Latin and Arabic), and the underscore and hyphen of keys such as "national_id". */
 function isWordUnit(unit: number): boolean {
@@ -155,10 +123,6 @@ export function labelBefore(text: string, start: number): Label {
   let word = wordBefore(text, start, stop);
   for (let fillers = 0; word !== null && FILLERS.has(word) && fillers < 3; fillers++) word = wordBefore(text, wordStart, stop);
   if (word === null) return null;
-  if (isOther(word)) return 'other';
-  if (GENERIC.has(word)) {
-    const before = wordBefore(text, wordStart, stop);
-    if (before !== null && isOther(before)) return 'other';
-  }
+  if (isTime(word)) return 'time';
   return isIdentifier(word) ? 'identifier' : null;
 }

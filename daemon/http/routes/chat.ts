@@ -524,8 +524,10 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           reject(err instanceof Error ? err : new Error(String(err)));
           return;
         }
-        // What was made before the failure is sent before its error event, as it would have been at its turn's end.
+        // What was made before the failure is sent before its error event, as it would have been at its turn's end,
+        // and so is what the scrubber held back: nothing more will come to change how it is judged.
         passPending();
+        if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
         holding = true;
         if (scrubFailure && !gone.aborted) {
           // The message names no value; the answer's remaining text is dropped.
