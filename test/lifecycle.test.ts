@@ -70,7 +70,10 @@ t.test("log.requests: each request's lines name its request id (its logger is ma
 
 t.test('SIGTERM lets in-flight calls finish, refuses new ones, then exits 0', async (t) => {
   const { secret } = createKey(dataDir, 'drain');
-  const daemon = await startDaemon(t, ['--data-dir', dataDir]);
+  // Requests logged, to know when the daemon has read the calls' headers (a loaded machine may take a while).
+  const config = join(dataDir, 'drain.json');
+  writeFileSync(config, JSON.stringify({ dataDir, log: { requests: true } }));
+  const daemon = await startDaemon(t, ['--config', config]);
   const url = new URL(`${daemon.baseURL}/chat/completions`);
   const body = JSON.stringify({ model: 'not-served', messages: [{ role: 'user', content: 'x'.repeat(1000) }] });
 
@@ -96,7 +99,10 @@ t.test('SIGTERM lets in-flight calls finish, refuses new ones, then exits 0', as
     req.write(body.slice(0, 500));
     return { req, done };
   });
-  await new Promise((r) => setTimeout(r, 200));
+  // In flight: the daemon has their headers (a connection it has not read a request from yet is not in flight).
+  const received = () => daemon.logs.filter((l) => l.includes('"incoming request"') && l.includes('/chat/completions')).length;
+  for (const until = Date.now() + 10_000; received() < 3 && Date.now() < until;) await new Promise((r) => setTimeout(r, 20));
+  t.equal(received(), 3, 'the daemon has the three calls');
   daemon.proc.kill('SIGTERM');
   await new Promise((r) => setTimeout(r, 300));
 
