@@ -69,9 +69,6 @@ const LINE_BREAKS: Range[] = [
   [0x2028, 0x2029], // line and paragraph separators
 ];
 
-/** Decimal points: a group after one of them alone may be a fraction (runs.ts, detect.ts). */
-export const DECIMAL_POINTS: readonly number[] = [0x2e, 0xff0e, 0x066b];
-
 /**
  * Characters that show nothing, or only steer direction: matching sees through them, redaction covers them. This is
  * Unicode's Default_Ignorable_Code_Point set (which includes the bidi marks, zero-width characters, invisible
@@ -159,6 +156,7 @@ export function isInvisible(cp: number): boolean {
   return kindOf(cp) === INVISIBLE;
 }
 
+/** A decimal point: a group after one of them alone may be a fraction (detect.ts). */
 export function isDecimalPoint(unit: number): boolean {
   return unit === 0x2e || unit === 0xff0e || unit === 0x066b;
 }

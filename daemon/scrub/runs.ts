@@ -38,11 +38,6 @@ export class RunBuffer {
   groups = 0;
   base = 0;
 
-  /** The digits of group g as ASCII. */
-  groupDigits(g: number): string {
-    return this.digitString(this.from[g]!, this.groupTo(g));
-  }
-
   /** Where group g's digits end among the run's digits. */
   groupTo(g: number): number {
     return g + 1 < this.groups ? this.from[g + 1]! : this.count;
