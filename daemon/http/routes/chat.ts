@@ -180,10 +180,18 @@ interface AnswerScrubbing {
   schema: Record<string, unknown> | null;
 }
 
-/** Tool-call arguments are JSON: scrubbed as such, whatever the answer's format. */
+/**
+ * Tool calls: their arguments are JSON, scrubbed as such whatever the answer's format; their ids and names are the
+ * model's text too (an upstream's model chooses them), scrubbed like any text.
+ */
 function scrubToolCalls(calls: ChatResult['toolCalls'], scrubbing: AnswerScrubbing | null): ChatResult['toolCalls'] {
   if (!scrubbing) return calls;
-  return calls.map((c) => ({ ...c, arguments: scrubbing.session.scrubJson(c.arguments, scrubbing.tally) }));
+  const { session, tally } = scrubbing;
+  return calls.map((c) => ({
+    id: session.scrub(c.id, tally),
+    name: session.scrub(c.name, tally),
+    arguments: session.scrubJson(c.arguments, tally),
+  }));
 }
 
 /** The buffered answer's content, scrubbed, and checked against its schema when placeholders took numbers' places. */
