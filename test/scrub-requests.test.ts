@@ -245,6 +245,22 @@ t.test('a knowledge base cannot be named after an ID; other names are stored as 
   t.equal(stored.json?.knowledge_base, 'kb-2026');
 });
 
+t.test("a value in a document's metadata is scrubbed before it is stored, written as a number or as a string", async (t) => {
+  const metadata = { customer: Number(nid), cards: [Number(card)], nested: { iqama: Number(iqama), note: `id ${nid2}` }, pages: 12 };
+  const stored = await post('/documents', { knowledge_base: 'meta', content: 'hello', metadata });
+  t.equal(stored.status, 201, stored.text.slice(0, 200));
+  const expected = {
+    customer: '[NATIONAL_ID]',
+    cards: ['[CARD]'],
+    nested: { iqama: '[IQAMA]', note: 'id [NATIONAL_ID_2]' },
+    pages: 12,
+  };
+  t.same(stored.json?.metadata, expected, 'the answer');
+  const listed = await request(`${daemon.baseURL}/documents?knowledge_base=meta`, { headers: auth });
+  t.same(listed.json?.data?.[0]?.metadata, expected, 'what is stored and listed');
+  t.same(valuesIn(listed.text), [], 'no value in the listing');
+});
+
 t.test('embedding token arrays: read back into text and scrubbed, or refused where they cannot be', async (t) => {
   // The tiny model's vocabulary has a byte token for every byte, from id 5: the ID's digits as its own tokens.
   const tokens = [...Buffer.from(nid)].map((byte) => 5 + byte);
