@@ -75,6 +75,11 @@ const positives: Array<[string, string[]]> = [
   ['{"iban":"SA0380000000608010167519","note":"x"}', ['[IBAN]']],
   [`| name | id |\n| Ali | ${nid} |\n| Sara | ${iqama} |`, ['[NATIONAL_ID]', '[IQAMA]']],
   [`{"card":"${visa}","nid":"${nid}"}`, ['[CARD]', '[NATIONAL_ID]']],
+  // Right after a time whose last part is 00: the 00 is the time's, not an international dialling prefix.
+  [`10:00 ${nid}`, ['[NATIONAL_ID]']],
+  [`2026-11-27T10:16:00 ${iqama} signed in`, ['[IQAMA]']],
+  [`2026-11-27T10:16:23+03:00 ${iqama}`, ['[IQAMA]']],
+  [`الساعة ١٠:٠٠ ${toArabicIndic(nid)}`, ['[NATIONAL_ID]']],
 ];
 
 const negatives: string[] = [

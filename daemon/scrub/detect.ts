@@ -157,6 +157,14 @@ function afterPlus(text: string, start: number): boolean {
   return false;
 }
 
+/**
+ * Whether the run starts with "00" glued to more digits, the dialling prefix written for "+" (0044…, 00966…). A "00"
+ * group of its own is not one: it is most often the end of a time ("10:00 1012345678", "+03:00 2…").
+ */
+function dialsOut(run: RunBuffer): boolean {
+  return run.digits[0] === 0 && run.digits[1] === 0 && groupLength(run, 0) > 2;
+}
+
 const DOUBLED = [0, 2, 4, 6, 8, 1, 3, 5, 7, 9];
 /**
  * Groups a judgement looks past the one it judges: a value's nineteen digits (nineteen groups at most) and the two
@@ -271,14 +279,15 @@ class NumberFinder implements RunSink {
    *  - a decimal number: two groups joined by one decimal point, with no decimal point in the gaps on either side
    *    ("0.5122554429744111", "1732700123.512255", "1012345678.50"; "1.012.345.678" groups thousands). Both parts are
    *    set aside, except an integer part that opens the run right after an identifier's label ("ID 1012345678.5");
-   *  - an international phone number: a run of at most LONGEST_PHONE digits after "+", or starting with "00".
+   *  - an international phone number: a run of at most LONGEST_PHONE digits after "+", or starting with "00" glued to
+   *    more digits (dialsOut).
    * (A label that names something else, a time or an order, keeps a ten-digit value from starting the run: judge.)
    */
   private readStructure(text: string, run: RunBuffer): Uint8Array {
     const count = run.groups;
     const excluded = this.excluded.fill(0, 0, count);
     const phoneLength = run.base === 0 && run.count <= LONGEST_PHONE;
-    if (phoneLength && (afterPlus(text, run.start[0]!) || (run.digits[0] === 0 && run.digits[1] === 0))) return excluded.fill(1, 0, count);
+    if (phoneLength && (afterPlus(text, run.start[0]!) || dialsOut(run))) return excluded.fill(1, 0, count);
     for (let g = 0; g + 2 < count; g++) {
       if (isDate(run, g)) {
         excluded[g] = excluded[g + 1] = excluded[g + 2] = 1;
