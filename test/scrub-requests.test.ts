@@ -371,6 +371,44 @@ async function whileWatching<T>(work: Promise<T>): Promise<{ result: T; slowest:
   return { result, slowest };
 }
 
+t.test("a structured answer's schema cannot stall the daemon: its check runs apart, within a time budget", async (t) => {
+  // A pattern that backtracks exponentially on the answer the client had the model write (on the daemon before, the
+  // check ran on the event loop: 30 characters held every call for 6 to 25 s, 40 for hours). The check is stopped at
+  // its budget and the answer withheld, while health answers throughout.
+  answer = { content: `{"name": "${'a'.repeat(30)}!", "id": ${nid}}` };
+  t.teardown(() => (answer = { content: 'ok' }));
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', pattern: '^(a+)+$' }, id: { type: ['integer', 'string'] } },
+    required: ['name', 'id'],
+  };
+  const call = client.chat.completions
+    .create({
+      model: 'up-chat',
+      messages: [{ role: 'user', content: 'hi' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+    })
+    .then(
+      () => null,
+      (err: unknown) => err,
+    );
+  const { result, slowest } = await whileWatching(call);
+  t.ok(slowest < 1000, `health answered within ${Math.round(slowest)} ms while the answer was checked`);
+  t.ok(result instanceof APIError && result.status === 400, 'withheld, as the schema is what to change');
+  t.match((result as APIError).message, /could not be checked against your schema/);
+  t.equal((result as APIError).param, 'response_format.json_schema.schema');
+  t.same(valuesIn(String((result as APIError).message)), []);
+
+  // The same schema on an answer its pattern settles at once is served.
+  answer = { content: `{"name": "aaa", "id": ${nid}}` };
+  const served = await client.chat.completions.create({
+    model: 'up-chat',
+    messages: [{ role: 'user', content: 'hi' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+  });
+  t.same(JSON.parse(served.choices[0].message.content!), { name: 'aaa', id: '[NATIONAL_ID]' });
+});
+
 t.test('one body of a single 1.7 MB digit run of IDs is scrubbed whole without freezing the daemon', async (t) => {
   const digits = '1047382914 '.repeat(160_000);
   const chat = await whileWatching(post('/chat/completions', { model: 'up-chat', messages: [{ role: 'user', content: digits }] }));
