@@ -95,7 +95,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       maxKeysPerProject: 20,
       store: 'memory',
     },
-    timeouts: { requestMs: 60_000, bodyIdleMs: 10_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
+    timeouts: { requestMs: 60_000, bodyIdleMs: 10_000, readerIdleMs: 30_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
     log: { level: 'info', requests: false },
     models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0, bundleKeys: [] },
     scrub: { output: true },

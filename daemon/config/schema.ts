@@ -39,6 +39,7 @@ export interface Config {
   timeouts: {
     requestMs: number;
     bodyIdleMs: number;
+    readerIdleMs: number;
     keepAliveMs: number;
     shutdownGraceMs: number;
   };
@@ -202,6 +203,7 @@ export const configSchema = {
           'Time a request body may go without a byte arriving before the call gets 408 and its connection closes, in ms.',
           100,
         ),
+        readerIdleMs: positiveInt('Time an answer may wait on a client that reads none of it before the connection is closed, in ms.', 100),
         keepAliveMs: positiveInt('Idle time before a keep-alive connection is closed, in ms.', 1000),
         shutdownGraceMs: positiveInt('On SIGTERM, time allowed for in-flight calls to finish, in ms.', 100),
       },
