@@ -86,6 +86,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       maxInFlight: 512,
       keyShare: 0.25,
       projectShare: 0.5,
+      accountShare: 0.5,
       minShare: 4,
       defaultRpm: 600,
       defaultTpm: 600_000,
