@@ -245,6 +245,22 @@ t.test('a knowledge base cannot be named after an ID; other names are stored as 
   t.equal(stored.json?.knowledge_base, 'kb-2026');
 });
 
+t.test("a value in a document's metadata is scrubbed before it is stored, written as a number or as a string", async (t) => {
+  const metadata = { customer: Number(nid), cards: [Number(card)], nested: { iqama: Number(iqama), note: `id ${nid2}` }, pages: 12 };
+  const stored = await post('/documents', { knowledge_base: 'meta', content: 'hello', metadata });
+  t.equal(stored.status, 201, stored.text.slice(0, 200));
+  const expected = {
+    customer: '[NATIONAL_ID]',
+    cards: ['[CARD]'],
+    nested: { iqama: '[IQAMA]', note: 'id [NATIONAL_ID_2]' },
+    pages: 12,
+  };
+  t.same(stored.json?.metadata, expected, 'the answer');
+  const listed = await request(`${daemon.baseURL}/documents?knowledge_base=meta`, { headers: auth });
+  t.same(listed.json?.data?.[0]?.metadata, expected, 'what is stored and listed');
+  t.same(valuesIn(listed.text), [], 'no value in the listing');
+});
+
 t.test('embedding token arrays: read back into text and scrubbed, or refused where they cannot be', async (t) => {
   // The tiny model's vocabulary has a byte token for every byte, from id 5: the ID's digits as its own tokens.
   const tokens = [...Buffer.from(nid)].map((byte) => 5 + byte);
@@ -354,6 +370,44 @@ async function whileWatching<T>(work: Promise<T>): Promise<{ result: T; slowest:
   await watching;
   return { result, slowest };
 }
+
+t.test("a structured answer's schema cannot stall the daemon: its check runs apart, within a time budget", async (t) => {
+  // A pattern that backtracks exponentially on the answer the client had the model write (on the daemon before, the
+  // check ran on the event loop: 30 characters held every call for 6 to 25 s, 40 for hours). The check is stopped at
+  // its budget and the answer withheld, while health answers throughout.
+  answer = { content: `{"name": "${'a'.repeat(30)}!", "id": ${nid}}` };
+  t.teardown(() => (answer = { content: 'ok' }));
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', pattern: '^(a+)+$' }, id: { type: ['integer', 'string'] } },
+    required: ['name', 'id'],
+  };
+  const call = client.chat.completions
+    .create({
+      model: 'up-chat',
+      messages: [{ role: 'user', content: 'hi' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+    })
+    .then(
+      () => null,
+      (err: unknown) => err,
+    );
+  const { result, slowest } = await whileWatching(call);
+  t.ok(slowest < 1000, `health answered within ${Math.round(slowest)} ms while the answer was checked`);
+  t.ok(result instanceof APIError && result.status === 400, 'withheld, as the schema is what to change');
+  t.match((result as APIError).message, /could not be checked against your schema/);
+  t.equal((result as APIError).param, 'response_format.json_schema.schema');
+  t.same(valuesIn(String((result as APIError).message)), []);
+
+  // The same schema on an answer its pattern settles at once is served.
+  answer = { content: `{"name": "aaa", "id": ${nid}}` };
+  const served = await client.chat.completions.create({
+    model: 'up-chat',
+    messages: [{ role: 'user', content: 'hi' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+  });
+  t.same(JSON.parse(served.choices[0].message.content!), { name: 'aaa', id: '[NATIONAL_ID]' });
+});
 
 t.test('one body of a single 1.7 MB digit run of IDs is scrubbed whole without freezing the daemon', async (t) => {
   const digits = '1047382914 '.repeat(160_000);

@@ -75,6 +75,11 @@ const positives: Array<[string, string[]]> = [
   ['{"iban":"SA0380000000608010167519","note":"x"}', ['[IBAN]']],
   [`| name | id |\n| Ali | ${nid} |\n| Sara | ${iqama} |`, ['[NATIONAL_ID]', '[IQAMA]']],
   [`{"card":"${visa}","nid":"${nid}"}`, ['[CARD]', '[NATIONAL_ID]']],
+  // Right after a time whose last part is 00: the 00 is the time's, not an international dialling prefix.
+  [`10:00 ${nid}`, ['[NATIONAL_ID]']],
+  [`2026-11-27T10:16:00 ${iqama} signed in`, ['[IQAMA]']],
+  [`2026-11-27T10:16:23+03:00 ${iqama}`, ['[IQAMA]']],
+  [`الساعة ١٠:٠٠ ${toArabicIndic(nid)}`, ['[NATIONAL_ID]']],
 ];
 
 const negatives: string[] = [
@@ -97,6 +102,10 @@ const negatives: string[] = [
   'IBAN cut by three separators SA03 8000 - 0000 6080 1016 7519',
   'order #1234567890 and invoice 4000000000',
   'version 10.12.345.678',
+  // IPv4 addresses whose digits, read as one number, pass Luhn.
+  'GET /v1/models from 100.39.68.128 in 12 ms',
+  'client 10.1.22.23 200 OK',
+  'broadcast 100.0.255.255:8080',
 ];
 
 t.test('every positive is replaced by its typed placeholder (recall ≥ 0.99)', async (t) => {

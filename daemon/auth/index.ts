@@ -14,6 +14,8 @@ export interface Principal {
   /** The limits all the project's keys share, or undefined for limits.defaultProjectRpm and defaultProjectTpm. */
   projectRpm: number | undefined;
   projectTpm: number | undefined;
+  /** The member account that made the key's project, whose projects share the account's in-flight places. */
+  accountId: string | undefined;
 }
 
 const BEARER = /^Bearer +(\S+) *$/i;
@@ -27,6 +29,7 @@ export function principalOf({ record, project }: KeyMatch): Principal {
     plan: record.plan,
     projectRpm: project?.rpm,
     projectTpm: project?.tpm,
+    accountId: project?.owner,
   };
 }
 

@@ -21,6 +21,7 @@ export interface Config {
     /** Fractions of maxInFlight one key, and one project, may hold (never fewer places than minShare). */
     keyShare: number;
     projectShare: number;
+    accountShare: number;
     minShare: number;
     defaultRpm: number;
     defaultTpm: number;
@@ -39,6 +40,7 @@ export interface Config {
   timeouts: {
     requestMs: number;
     bodyIdleMs: number;
+    readerIdleMs: number;
     keepAliveMs: number;
     shutdownGraceMs: number;
   };
@@ -148,6 +150,7 @@ export const configSchema = {
         maxInFlight: positiveInt('Concurrent /v1 calls before new ones get 503 server_overloaded.', 1, 100000),
         keyShare: share('Fraction of maxInFlight one key may hold; past it the key gets 429 while other keys are still admitted.'),
         projectShare: share('Fraction of maxInFlight the keys of one project may hold together; past it they get 429.'),
+        accountShare: share('Fraction of maxInFlight the projects a dashboard member made may hold together; past it their keys get 429.'),
         minShare: positiveInt(
           'Places a key or a project may always hold, however small its fraction (never more than maxInFlight).',
           1,
@@ -202,6 +205,7 @@ export const configSchema = {
           'Time a request body may go without a byte arriving before the call gets 408 and its connection closes, in ms.',
           100,
         ),
+        readerIdleMs: positiveInt('Time an answer may wait on a client that reads none of it before the connection is closed, in ms.', 100),
         keepAliveMs: positiveInt('Idle time before a keep-alive connection is closed, in ms.', 1000),
         shutdownGraceMs: positiveInt('On SIGTERM, time allowed for in-flight calls to finish, in ms.', 100),
       },

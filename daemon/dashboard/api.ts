@@ -249,6 +249,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             keys.removeProject(projectId);
             fromAccounts(err);
           }
+          keys.setProjectOwner(projectId, user.id);
           await beginSession(request, reply, user.id);
           request.log.info({ user: user.id, project: projectId }, 'dashboard account created');
           return reply.code(201).send({ user: view(user) });
@@ -311,7 +312,8 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const max = config.limits.maxProjectsPerAccount;
           if (user.role !== 'admin' && user.projects.length >= max) fromAccounts(projectCap(max));
           try {
-            const project = keys.createProject(request.body.name);
+            // A member's projects share the account's in-flight places; an administrator's are not the account's.
+            const project = keys.createProject(request.body.name, user.role === 'admin' ? undefined : user.id);
             if (user.role !== 'admin') {
               try {
                 accounts.addProject(user.id, project.id, max);

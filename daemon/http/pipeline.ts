@@ -5,8 +5,8 @@
 //
 //   1. identify          every response   X-Region, X-Request-Id, X-Sovereign; 503 while draining
 //   2. admit             /v1              503 server_overloaded past limits.maxInFlight
-//   3. authenticate      /v1              401 invalid_api_key; then the key's and its project's shares of the
-//                                         in-flight places: 429 rate_limit_exceeded past either
+//   3. authenticate      /v1              401 invalid_api_key; then the key's, its project's and its account's
+//                                         shares of the in-flight places: 429 rate_limit_exceeded past one
 //   4. limit requests    /v1, metered     429 rate_limit_exceeded (requests)
 //      (fastify: parse body, validate against the route schema: 400, 413, 415)
 //   5. resolve model     routes w/ model  404 model_not_found, 503 model_not_ready
@@ -28,6 +28,7 @@ import type { KeyRegistry } from '../keys/index.js';
 import {
   keyLimits,
   LimiterUnavailableError,
+  type FullShare,
   type InFlightGate,
   type KeyLimits,
   type KeyQuota,
@@ -139,12 +140,14 @@ function quotaOf(request: FastifyRequest, config: Config): KeyQuota {
  * (the device still admits other keys), so it is told to slow down, as for its rate limit, and its refusals count
  * as rate-limited in its usage rather than as the device's failures.
  */
-function shareFull(full: 'key' | 'project', principal: Principal, gate: InFlightGate): ApiError {
-  const { perKey, perProject } = gate.shares.sizes;
-  const message =
-    full === 'key'
-      ? `Key ${principal.keyId} already has ${perKey} calls in progress, its share of the ${gate.capacity} this device serves at once (limits.keyShare). Wait for one to finish, or spread the work over time.`
-      : `Project ${principal.projectId} already has ${perProject} calls in progress across its keys, its share of the ${gate.capacity} this device serves at once (limits.projectShare). Wait for one to finish, or spread the work over time.`;
+function shareFull(full: FullShare, principal: Principal, gate: InFlightGate): ApiError {
+  const { perKey, perProject, perAccount } = gate.shares.sizes;
+  const holds = {
+    key: `Key ${principal.keyId} already has ${perKey} calls in progress, its share`,
+    project: `Project ${principal.projectId} already has ${perProject} calls in progress across its keys, its share`,
+    account: `Account ${principal.accountId} already has ${perAccount} calls in progress across its projects, its share`,
+  }[full];
+  const message = `${holds} of the ${gate.capacity} this device serves at once (limits.${full}Share). Wait for one to finish, or spread the work over time.`;
   return new ApiError('rate_limit_exceeded', message, { headers: { 'retry-after': '1' }, type: 'requests' });
 }
 
@@ -178,8 +181,8 @@ export function v1Stages(deps: PipelineDeps): Stage[] {
           throw err;
         }
         request.call.principal = principal;
-        // Once the key is known: its share, and its project's, of the places.
-        const full = place.share(principal.keyId, principal.projectId);
+        // Once the key is known: its share, its project's and its account's, of the places.
+        const full = place.share(principal.keyId, principal.projectId, principal.accountId);
         if (full) {
           place.release();
           throw shareFull(full, principal, deps.gate);

@@ -10,6 +10,7 @@ import { ApiError } from '../errors/index.js';
 import { registerAuditStage } from './audit.js';
 import { registerJsonBody } from './body.js';
 import { BodyIdleWatch } from './body-idle.js';
+import { ReaderIdleWatch } from './reader-idle.js';
 import { clientGone, sendError, toApiError, writeClientError, writeResponseError, writeSocketError } from './errors.js';
 import { identifyStage, registerStages, v1Stages, type PipelineDeps, type Stage } from './pipeline.js';
 import { settleRefusedBody } from './refused-body.js';
@@ -72,7 +73,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   registerJsonBody(app);
-  registerStages(app, [identifyStage(deps), watchBodyStage(app, deps)]);
+  registerStages(app, [identifyStage(deps), watchBodyStage(app, deps), watchReaderStage(app, deps)]);
   guardServer(app, deps);
   closeConnectionsAsCallsEnd(app, deps);
 
@@ -201,6 +202,29 @@ function watchBodyStage(app: FastifyInstance, deps: PipelineDeps): Stage {
     done();
   });
   return { name: 'watch body', hook: 'onRequest', run: (request, reply) => watch.watch(request, reply) };
+}
+
+/**
+ * Watches every connection once it carries a call (reader-idle.ts): one whose answer waits timeouts.readerIdleMs on a
+ * client that reads none of it is closed, which ends its call.
+ */
+function watchReaderStage(app: FastifyInstance, deps: PipelineDeps): Stage {
+  const idleMs = deps.config.timeouts.readerIdleMs;
+  const watch = new ReaderIdleWatch(idleMs, (socket) => {
+    app.log.info({ idleMs, waitingBytes: socket.writableLength }, 'a client stopped reading its answer; the connection is closed');
+    // A reset, where the connection allows one: the kernel drops what it still held for the client at once, and the
+    // client learns that its answer was cut rather than waiting for the rest.
+    try {
+      socket.resetAndDestroy();
+    } catch {
+      socket.destroy();
+    }
+  });
+  app.addHook('onClose', (_instance, done) => {
+    watch.close();
+    done();
+  });
+  return { name: 'watch reader', hook: 'onRequest', run: (request) => watch.watch(request.raw.socket) };
 }
 
 /** Node-level events fastify does not route: they still get our headers and error shape. */

@@ -14,6 +14,11 @@ export interface ProjectRecord {
    */
   rpm?: number;
   tpm?: number;
+  /**
+   * The dashboard member account that made the project; its projects together hold at most the account's share of
+   * the in-flight places (limits.accountShare). Absent for a project an operator or administrator made.
+   */
+  owner?: string;
 }
 
 export interface KeyRecord {
@@ -115,7 +120,8 @@ export class KeyRegistry {
     this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
   }
 
-  createProject(name: string): ProjectRecord {
+  /** A new project; `owner`, the member account making it (see ProjectRecord.owner). */
+  createProject(name: string, owner?: string): ProjectRecord {
     if (!PROJECT_NAME.test(name) || name.startsWith('proj_')) {
       throw new KeysError(
         'invalid',
@@ -124,7 +130,7 @@ export class KeyRegistry {
     }
     return this.projects.transactionSync(() => {
       if (this.projects.get(`name:${name}`) !== undefined) throw new KeysError('conflict', `project '${name}' already exists`);
-      const project: ProjectRecord = { id: randomId('proj'), name, createdAt: new Date().toISOString() };
+      const project: ProjectRecord = { id: randomId('proj'), name, createdAt: new Date().toISOString(), ...(owner ? { owner } : {}) };
       this.projects.putSync(project.id, project);
       this.projects.putSync(`name:${name}`, project.id);
       return project;
@@ -229,6 +235,17 @@ export class KeyRegistry {
         else if (value !== undefined) next[field] = value;
       }
       this.projects.putSync(next.id, next);
+      this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
+      return next;
+    });
+  }
+
+  /** Records the member account that made a project (a sign-up makes the project before the account). */
+  setProjectOwner(ref: string, owner: string): ProjectRecord {
+    return this.projects.transactionSync(() => {
+      const next: ProjectRecord = { ...this.requireProject(ref), owner };
+      this.projects.putSync(next.id, next);
+      // Keys cache their project: the next call of any key sees its owner.
       this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
       return next;
     });

@@ -4,4 +4,4 @@ export { KeyLimits, LimiterUnavailableError, formatDuration, type KeyQuota, type
 export { keyLimits, planLimits, type PlanLimits } from './plans.js';
 export { MemoryLimitStore, type LimitStore } from './store.js';
 export { RedisLimitStore, type RedisLimitOptions } from './redis-store.js';
-export { InFlightShares, shareSizes, type ShareSizes } from './shares.js';
+export { InFlightShares, shareSizes, type FullShare, type ShareSizes } from './shares.js';

@@ -134,6 +134,20 @@ function isDate(run: RunBuffer, g: number): boolean {
   return false;
 }
 
+/** Whether group g is an IPv4 address's part: one to three digits, at most 255. */
+const isOctet = (run: RunBuffer, g: number) => groupLength(run, g) <= 3 && groupNumber(run, g) <= 255;
+
+/**
+ * Whether groups g to g+3 are an IPv4 address: four parts of at most 255 joined by single dots, with no dot before or
+ * after them (1.2.3.4.5 is a version or a list, read as any run).
+ */
+function isAddress(run: RunBuffer, g: number): boolean {
+  // The dots first: most runs (a table of numbers, a grouped ID) fail there.
+  if (g + 3 >= run.groups || run.gap[g + 1] !== 0x2e || run.gap[g + 2] !== 0x2e || run.gap[g + 3] !== 0x2e) return false;
+  if ((g > 0 && hasPoint(run.gap[g]!)) || (g + 4 < run.groups && hasPoint(run.gap[g + 4]!))) return false;
+  return isOctet(run, g) && isOctet(run, g + 1) && isOctet(run, g + 2) && isOctet(run, g + 3);
+}
+
 /**
  * Whether a stream may cut the run just before group g, judging what comes before the cut without what follows
  * (stream.ts): only where no structure NumberFinder reads can span the cut. A decimal point in the gap could make a
@@ -155,6 +169,14 @@ function afterPlus(text: string, start: number): boolean {
     i -= cp > 0xffff ? 2 : 1;
   }
   return false;
+}
+
+/**
+ * Whether the run starts with "00" glued to more digits, the dialling prefix written for "+" (0044…, 00966…). A "00"
+ * group of its own is not one: it is most often the end of a time ("10:00 1012345678", "+03:00 2…").
+ */
+function dialsOut(run: RunBuffer): boolean {
+  return run.digits[0] === 0 && run.digits[1] === 0 && groupLength(run, 0) > 2;
 }
 
 const DOUBLED = [0, 2, 4, 6, 8, 1, 3, 5, 7, 9];
@@ -268,21 +290,26 @@ class NumberFinder implements RunSink {
    * The groups that cannot be part of a value, because they belong to a structure people write with digits:
    *  - a date (2026-11-27, 27.11.2026, 1446-03-12): its three groups, so "2026-11-27 10:16:23" is not read as the
    *    ten digits "2026112710";
+   *  - an IPv4 address (100.39.68.128): its four groups;
    *  - a decimal number: two groups joined by one decimal point, with no decimal point in the gaps on either side
    *    ("0.5122554429744111", "1732700123.512255", "1012345678.50"; "1.012.345.678" groups thousands). Both parts are
    *    set aside, except an integer part that opens the run right after an identifier's label ("ID 1012345678.5");
-   *  - an international phone number: a run of at most LONGEST_PHONE digits after "+", or starting with "00".
+   *  - an international phone number: a run of at most LONGEST_PHONE digits after "+", or starting with "00" glued to
+   *    more digits (dialsOut).
    * (A label that names a time keeps a ten-digit value from starting the run: judge.)
    */
   private readStructure(text: string, run: RunBuffer): Uint8Array {
     const count = run.groups;
     const excluded = this.excluded.fill(0, 0, count);
     const phoneLength = run.base === 0 && run.count <= LONGEST_PHONE;
-    if (phoneLength && (afterPlus(text, run.start[0]!) || (run.digits[0] === 0 && run.digits[1] === 0))) return excluded.fill(1, 0, count);
+    if (phoneLength && (afterPlus(text, run.start[0]!) || dialsOut(run))) return excluded.fill(1, 0, count);
     for (let g = 0; g + 2 < count; g++) {
       if (isDate(run, g)) {
         excluded[g] = excluded[g + 1] = excluded[g + 2] = 1;
         g += 2;
+      } else if (isAddress(run, g)) {
+        excluded.fill(1, g, g + 4);
+        g += 3;
       }
     }
     for (let g = 1; g < count; g++) {

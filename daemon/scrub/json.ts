@@ -26,3 +26,64 @@ export class JsonPosition {
     return `"${placeholder}"`;
   }
 }
+
+/**
+ * A JSON text as its parser reads it: every escape (\u0031, \u0661, \n, \t, \", …) decoded to the character it
+ * stands for, so that a value written with escapes is read as the client's parser will read it. `at[i]` is where
+ * character i of `text` begins in the original, and `at[text.length]` where the decoded part ends: an escape cut off
+ * at the end (a stream's next piece completes it) is left out. `at` is null when nothing was escaped (the text is its
+ * own view). Escapes are read wherever they stand: outside a string a backslash is no JSON at all, and one that starts
+ * no escape is kept as it is.
+ */
+export interface JsonView {
+  text: string;
+  at: Uint32Array | null;
+}
+
+const SIMPLE_ESCAPES = new Map([
+  ['"', '"'],
+  ['\\', '\\'],
+  ['/', '/'],
+  ['b', '\b'],
+  ['f', '\f'],
+  ['n', '\n'],
+  ['r', '\r'],
+  ['t', '\t'],
+]);
+const HEX4 = /^[0-9A-Fa-f]{4}$/;
+const HEX_START = /^[0-9A-Fa-f]{0,3}$/;
+
+export function jsonView(json: string): JsonView {
+  let backslash = json.indexOf('\\');
+  if (backslash < 0) return { text: json, at: null };
+  let text = '';
+  const at = new Uint32Array(json.length + 1);
+  let i = 0;
+  while (i < json.length) {
+    // The characters up to the next backslash stand for themselves.
+    const to = backslash < 0 ? json.length : backslash;
+    for (let k = i; k < to; k++) at[text.length + k - i] = k;
+    text += json.slice(i, to);
+    i = to;
+    if (i === json.length) break;
+    const next = json[i + 1];
+    const hex = json.slice(i + 2, i + 6);
+    // An escape the text ends inside of: its rest has not arrived.
+    if (next === undefined || (next === 'u' && hex.length < 4 && HEX_START.test(hex))) break;
+    at[text.length] = i;
+    const simple = SIMPLE_ESCAPES.get(next);
+    if (simple !== undefined) {
+      text += simple;
+      i += 2;
+    } else if (next === 'u' && HEX4.test(hex)) {
+      text += String.fromCharCode(parseInt(hex, 16));
+      i += 6;
+    } else {
+      text += '\\';
+      i += 1;
+    }
+    backslash = json.indexOf('\\', i);
+  }
+  at[text.length] = i;
+  return { text, at: at.subarray(0, text.length + 1) };
+}

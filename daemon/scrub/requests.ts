@@ -37,13 +37,16 @@ const NAME_SENT = 'names are sent to the model and cannot be scrubbed. Use a nam
  * text). A `pattern` (or a `patternProperties` name) that holds a value is refused: a placeholder would change what it
  * matches. Nesting deeper than MAX_SCHEMA_DEPTH is refused before anything walks it.
  */
+/** A number whose digits make a value: its placeholder (a string); any other number as it is. */
+function scrubNumber(session: ScrubSession, value: number): number | string {
+  const digits = String(value);
+  const scrubbed = session.scrub(digits);
+  return scrubbed === digits ? value : scrubbed;
+}
+
 function scrubSchema(session: ScrubSession, value: unknown, param: string, depth = 0): unknown {
   if (typeof value === 'string') return session.scrub(value);
-  if (typeof value === 'number') {
-    const digits = String(value);
-    const scrubbed = session.scrub(digits);
-    return scrubbed === digits ? value : scrubbed;
-  }
+  if (typeof value === 'number') return scrubNumber(session, value);
   if (value === null || typeof value !== 'object') return value;
   if (depth >= MAX_SCHEMA_DEPTH) {
     throw new ApiError('invalid_request_error', `${param} is nested more than ${MAX_SCHEMA_DEPTH} levels deep; flatten it.`, { param });
@@ -144,8 +147,9 @@ interface DocumentBody {
 }
 
 /**
- * A document to store: its content, filename, and every string in its metadata (names and values); its knowledge
- * base's name is refused when it holds a value, since names are stored and listed as they are.
+ * A document to store: its content, filename, and every string in its metadata (names and values), and every number
+ * there whose digits make a value (it becomes its placeholder); its knowledge base's name is refused when it holds a
+ * value, since names are stored and listed as they are.
  */
 function scrubDocument(raw: unknown, session: ScrubSession): void {
   const body = raw as DocumentBody;
@@ -164,6 +168,7 @@ function scrubDocument(raw: unknown, session: ScrubSession): void {
       });
     }
     if (typeof value === 'string') return session.scrub(value);
+    if (typeof value === 'number') return scrubNumber(session, value);
     if (Array.isArray(value)) return value.map((v) => walk(v, depth + 1));
     if (value && typeof value === 'object')
       return Object.fromEntries(Object.entries(value).map(([k, v]) => [session.scrub(k), walk(v, depth + 1)]));

@@ -2,7 +2,7 @@
 // placeholder in every message, and distinct values of a type are told apart ([IBAN], [IBAN_2], …).
 import { findNumbers, type Redaction, type RedactionType } from './detect.js';
 import { findIbans } from './iban.js';
-import { JsonPosition } from './json.js';
+import { JsonPosition, jsonView, type JsonView } from './json.js';
 import { inOrder } from './order.js';
 
 export type RedactionCounts = Record<RedactionType, number>;
@@ -17,6 +17,13 @@ export function resolveOverlaps(detections: Redaction[]): Redaction[] {
   const kept: Redaction[] = [];
   for (const r of all) if (!kept.length || r.start >= kept[kept.length - 1]!.end) kept.push(r);
   return kept;
+}
+
+/** Spans found in a JSON text's view, as spans of the text itself (json.ts). */
+export function inOriginal(redactions: Redaction[], view: JsonView): Redaction[] {
+  const at = view.at;
+  if (!at) return redactions;
+  return redactions.map((r) => ({ ...r, start: at[r.start]!, end: at[r.end]! }));
 }
 
 /** A session as plain data: to carry it to another thread and back (offload.ts). */
@@ -96,9 +103,14 @@ export class ScrubSession {
     return out;
   }
 
-  /** `scrub` for a text that is JSON: a value in a number's place becomes its placeholder as a string (json.ts). */
+  /**
+   * `scrub` for a text that is JSON: read with its escapes decoded, as the parser that reads it will (a value written
+   * as \u0031… is still found, and its whole escaped span replaced); a value in a number's place becomes its
+   * placeholder as a string (json.ts).
+   */
   scrubJson(text: string, tally?: RedactionCounts, position?: JsonPosition): string {
-    return this.replace(text, this.find(text), 0, text.length, tally, position ?? new JsonPosition());
+    const view = jsonView(text);
+    return this.replace(text, inOriginal(this.find(view.text), view), 0, text.length, tally, position ?? new JsonPosition());
   }
 
   /**

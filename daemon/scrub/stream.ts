@@ -3,12 +3,12 @@
 // digit run that has not ended, is held back. The output, joined, is exactly what scrubbing the whole text at once
 // gives, wherever the pieces were cut.
 import { digitValue, isDecimalPoint, isInvisible, isSeparator, latinLetter } from './characters.js';
-import { mayCutBefore } from './detect.js';
+import { mayCutBefore, type Redaction } from './detect.js';
 import { openIbanStart } from './iban.js';
-import type { JsonPosition } from './json.js';
+import { jsonView, type JsonPosition, type JsonView } from './json.js';
 import { LABEL_LOOKBACK } from './labels.js';
 import { openRunStart, scanDigitsJs } from './runs.js';
-import { noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
+import { inOriginal, noRedactions, resolveOverlaps, type RedactionCounts, type ScrubSession } from './session.js';
 
 /** Neither joins nor continues a value: after it, matching starts afresh. */
 function isHardBreak(cp: number): boolean {
@@ -54,6 +54,26 @@ function forcedCut(text: string): number {
   return cut;
 }
 
+/** The length of `text` less a high surrogate at its end whose other half has not arrived. */
+function wholeCharacters(text: string): number {
+  const last = text.charCodeAt(text.length - 1);
+  return last >= 0xd800 && last <= 0xdbff ? text.length - 1 : text.length;
+}
+
+/** The view's position of a position of its text, which begins a character of the view (a passed point always does). */
+function positionIn(view: JsonView, position: number): number {
+  const at = view.at;
+  if (!at) return position;
+  let low = 0;
+  let high = at.length - 1;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (at[middle]! < position) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
 export class StreamScrubber {
   /** Text not yet dropped, starting where matching starts afresh. */
   private window = '';
@@ -74,9 +94,14 @@ export class StreamScrubber {
   /** Takes the next piece; returns the scrubbed text that can be passed on now (possibly empty). */
   push(piece: string): string {
     this.window += piece;
-    const detected = this.session.detect(this.window);
+    // Everything below is judged on the window as its reader sees it (a JSON answer with its escapes decoded), in that
+    // view's positions; `at` takes a position back to the window's.
+    const view = this.view();
+    const seen = view.text;
+    const at = (i: number) => (view.at ? view.at[i]! : i);
+    const detected = this.session.detect(seen);
     // A high surrogate at the end waits for its other half (it may be half of a digit).
-    const whole = this.window.slice(0, this.wholeCharacters());
+    const whole = seen.slice(0, wholeCharacters(seen));
     let settled = Math.min(openRunStart(whole), openIbanStart(whole));
     let cut = -1;
     if (whole.length - settled > HOLD_LIMIT) {
@@ -100,14 +125,14 @@ export class StreamScrubber {
         }
       }
     }
-    const out = this.pass(detected, settled);
+    const out = this.pass(detected, settled, view);
     this.largestHold = Math.max(this.largestHold, this.window.length - this.passed);
-    if (cut > 0 && this.passed === cut) {
+    if (cut > 0 && this.passed === at(cut)) {
       // Matching resumes at the cut as if a new run began there.
-      this.window = this.window.slice(cut);
+      this.window = this.window.slice(this.passed);
       this.passed = 0;
     } else {
-      this.dropSettled(detected);
+      this.dropSettled(detected, view);
     }
     if (this.window.length > WINDOW_LIMIT) {
       throw new Error(`more than ${WINDOW_LIMIT} characters could not be judged (a run of digits and invisible characters)`);
@@ -117,7 +142,11 @@ export class StreamScrubber {
 
   /** The end of the stream: everything still held, scrubbed. */
   end(): string {
-    const out = this.pass(this.session.detect(this.window), this.window.length);
+    const view = this.view();
+    let out = this.pass(this.session.detect(view.text), view.text.length, view);
+    // An escape the answer ended inside of is no JSON: passed on as it is.
+    if (this.passed < this.window.length)
+      out += this.session.replace(this.window, [], this.passed, this.window.length, this.tally, this.json);
     this.window = '';
     this.passed = 0;
     return out;
@@ -131,23 +160,28 @@ export class StreamScrubber {
     return this.largestHold;
   }
 
-  /** The window's length, less a high surrogate at its end whose other half has not arrived. */
-  private wholeCharacters(): number {
-    const last = this.window.charCodeAt(this.window.length - 1);
-    return last >= 0xd800 && last <= 0xdbff ? this.window.length - 1 : this.window.length;
+  /** The window as its reader sees it: a JSON answer's with its escapes decoded (json.ts), any other as it is. */
+  private view(): JsonView {
+    return this.json ? jsonView(this.window) : { text: this.window, at: null };
   }
 
-  private pass(detected: ReturnType<ScrubSession['detect']>, to: number): string {
-    if (to <= this.passed) return '';
+  /** Passes on the view up to `to`: the window up to where that is, scrubbed. Spans are the view's. */
+  private pass(detected: Redaction[], to: number, view: JsonView): string {
+    const passed = positionIn(view, this.passed);
+    if (to <= passed) return '';
     const resolved = resolveOverlaps(detected);
     // Cannot happen by construction (nothing before `passed` depends on what follows it); if it ever did, failing
     // the stream is the only way not to leak the rest of a value.
-    if (resolved.some((r) => r.start < this.passed && r.end > this.passed)) {
+    if (resolved.some((r) => r.start < passed && r.end > passed)) {
       throw new Error('a value was found across text already passed on');
     }
-    const redactions = resolved.filter((r) => r.start >= this.passed && r.end <= to);
-    const out = this.session.replace(this.window, redactions, this.passed, to, this.tally, this.json);
-    this.passed = to;
+    const redactions = inOriginal(
+      resolved.filter((r) => r.start >= passed && r.end <= to),
+      view,
+    );
+    const end = view.at ? view.at[to]! : to;
+    const out = this.session.replace(this.window, redactions, this.passed, end, this.tally, this.json);
+    this.passed = end;
     return out;
   }
 
@@ -158,9 +192,9 @@ export class StreamScrubber {
    * after a separator (a word start); never inside anything a detector found, and never within LABEL_LOOKBACK of
    * the passed point, so that what is held can still read its label (and a plus sign) before it.
    */
-  private dropSettled(detected: ReturnType<ScrubSession['detect']>): void {
-    const w = this.window;
-    const from = this.passed - LABEL_LOOKBACK;
+  private dropSettled(detected: Redaction[], view: JsonView): void {
+    const w = view.text;
+    const from = positionIn(view, this.passed) - LABEL_LOOKBACK;
     for (let r = from; r > 0 && r >= from - DROP_SEARCH; r--) {
       const previous = w.charCodeAt(r - 1);
       if (previous >= 0xd800 && previous <= 0xdbff) continue; // never between the halves of a surrogate pair
@@ -172,8 +206,9 @@ export class StreamScrubber {
         (isSeparator(previous) && latinLetter(w.charCodeAt(r)) !== '') ||
         (r >= 3 && [previous, w.charCodeAt(r - 2), w.charCodeAt(r - 3)].every((unit) => unit !== 0x0d && isSeparator(unit)));
       if (!reset || detected.some((d) => d.start < r && d.end > r)) continue;
-      this.window = w.slice(r);
-      this.passed -= r;
+      const drop = view.at ? view.at[r]! : r;
+      this.window = this.window.slice(drop);
+      this.passed -= drop;
       return;
     }
   }

@@ -7,7 +7,7 @@ import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';
-import { buildApp, type DaemonState, type PipelineDeps } from '../http/index.js';
+import { buildApp, stopSchemaChecks, type DaemonState, type PipelineDeps } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
@@ -207,6 +207,7 @@ export async function startDaemon(
         await documentsOpened;
         await documents.close();
         await stopScrubWorker();
+        await stopSchemaChecks();
         images.close();
         await limitStore.close();
         await deps.usage?.close();

@@ -1,6 +1,5 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
 import { createHash } from 'node:crypto';
-import { Ajv, type ValidateFunction } from 'ajv';
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -18,6 +17,7 @@ import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
 import { stopOnDisconnect } from '../lifetime.js';
+import { answerMatchesSchema, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from '../answer-schema.js';
 import { chatCompletionBody } from './schemas.js';
 
 type ContentPart = { type: string; text?: string };
@@ -180,54 +180,51 @@ interface AnswerScrubbing {
   schema: Record<string, unknown> | null;
 }
 
-/** Tool-call arguments are JSON: scrubbed as such, whatever the answer's format. */
+/**
+ * Tool calls: their arguments are JSON, scrubbed as such whatever the answer's format; their ids and names are the
+ * model's text too (an upstream's model chooses them), scrubbed like any text.
+ */
 function scrubToolCalls(calls: ChatResult['toolCalls'], scrubbing: AnswerScrubbing | null): ChatResult['toolCalls'] {
   if (!scrubbing) return calls;
-  return calls.map((c) => ({ ...c, arguments: scrubbing.session.scrubJson(c.arguments, scrubbing.tally) }));
+  const { session, tally } = scrubbing;
+  return calls.map((c) => ({
+    id: session.scrub(c.id, tally),
+    name: session.scrub(c.name, tally),
+    arguments: session.scrubJson(c.arguments, tally),
+  }));
 }
 
 /** The buffered answer's content, scrubbed, and checked against its schema when placeholders took numbers' places. */
-function scrubContent(content: string, scrubbing: AnswerScrubbing): string {
+async function scrubContent(content: string, scrubbing: AnswerScrubbing): Promise<string> {
   if (!scrubbing.json) return scrubbing.session.scrub(content, scrubbing.tally);
   const scrubbed = scrubbing.session.scrubJson(content, scrubbing.tally, scrubbing.json);
-  checkStructured(scrubbed, scrubbing);
+  await checkStructured(scrubbed, scrubbing);
   return scrubbed;
 }
 
 /**
  * A structured answer in which placeholders took the place of numbers must still match its schema: where the schema
- * wants a number there, the answer is withheld rather than sent invalid (or with the value).
+ * wants a number there, the answer is withheld rather than sent invalid (or with the value). The check runs apart,
+ * within a time budget (answer-schema.ts): the schema's patterns are the client's.
  */
-function checkStructured(content: string, scrubbing: AnswerScrubbing): void {
+async function checkStructured(content: string, scrubbing: AnswerScrubbing): Promise<void> {
   if (!scrubbing.json?.quoted || !scrubbing.schema) return;
-  let parsed: unknown;
+  let matches: boolean;
   try {
-    parsed = JSON.parse(content);
-  } catch {
-    return; // Not JSON before it was scrubbed either: nothing the scrubbing changed.
+    matches = await answerMatchesSchema(scrubbing.schema, content);
+  } catch (err) {
+    if (!(err instanceof SchemaCheckTimeout)) throw err;
+    throw new ApiError(
+      'invalid_request_error',
+      `The model's structured answer could not be checked against your schema within ${SCHEMA_CHECK_BUDGET_MS / 1000} s, so it was withheld (it holds personal data where JSON had a number, and the check must hold before it is sent). Simplify the schema: a pattern such as '(a+)+' takes exponential time.`,
+      { param: 'response_format.json_schema.schema' },
+    );
   }
-  if (matchesSchema(scrubbing.schema, parsed)) return;
+  if (matches) return;
   throw new ApiError(
     'internal_error',
     "The model's structured answer held personal data where your schema wants a number, so it was withheld. Retry, or let that field be a string.",
   );
-}
-
-/** For checking structured answers against their schemas (only when scrubbing changed one). */
-const schemaChecker = new Ajv({ strict: false, allErrors: false, validateFormats: false });
-
-/** Whether `value` matches `schema`; true for a schema the checker cannot read (nothing to hold the answer to). */
-function matchesSchema(schema: Record<string, unknown>, value: unknown): boolean {
-  let validate: ValidateFunction;
-  try {
-    validate = schemaChecker.compile(schema);
-  } catch {
-    return true;
-  } finally {
-    // Compiled schemas are cached by the schema object: each request brings its own.
-    schemaChecker.removeSchema(schema);
-  }
-  return validate(value);
 }
 
 export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
@@ -255,7 +252,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
       const work = engine.chat(modelId, chatRequest, new StopCallOptions({ onText: () => {}, stop: gone, onUsage }));
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
-      const content = scrubbing ? scrubContent(result.content, scrubbing) : result.content;
+      const content = scrubbing ? await scrubContent(result.content, scrubbing) : result.content;
       const toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
       return {
         id,
@@ -483,7 +480,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           onUsage,
         }),
       )
-      .then((result) => {
+      .then(async (result) => {
         // Any piece still pending goes first (its microtask was queued before this callback, so this is a guard).
         passPending();
         // Set first: for an engine that never said it started, the role chunk waits with the rest.
@@ -491,7 +488,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         start();
         if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
         if (scrubFailure) throw scrubFailure;
-        if (scrubbing) checkStructured(structured, scrubbing);
+        if (scrubbing) await checkStructured(structured, scrubbing);
         let toolCalls: ChatResult['toolCalls'];
         try {
           toolCalls = scrubToolCalls(result.toolCalls, scrubbing);

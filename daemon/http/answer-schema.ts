@@ -1,0 +1,92 @@
+// Checking a structured answer against the client's JSON schema, in a worker thread within a time budget: the schema's
+// patterns are the client's regular expressions, and one that backtracks exponentially (`^(a+)+$` on forty letters)
+// held the event loop, and every other call, for hours. One thread checks one answer at a time (checks are rare: only
+// answers in which scrubbing put a placeholder where JSON had a number); one that is over its budget is ended, and
+// the next check starts a new one. An idle thread ends after a minute.
+import { Worker } from 'node:worker_threads';
+import type { SchemaCheck, SchemaCheckReply } from './answer-schema-thread.js';
+
+/** How long one check may take: a real schema and answer take milliseconds. */
+export const SCHEMA_CHECK_BUDGET_MS = 1000;
+
+const IDLE_MS = 60_000;
+// Under the test runner the sources run as TypeScript (the worker inherits its loader); built, as JavaScript.
+const THREAD = new URL(import.meta.url.endsWith('.ts') ? './answer-schema-thread.ts' : './answer-schema-thread.js', import.meta.url);
+
+/** The check did not end within its budget. */
+export class SchemaCheckTimeout extends Error {
+  constructor() {
+    super(`the check took more than ${SCHEMA_CHECK_BUDGET_MS} ms`);
+    this.name = 'SchemaCheckTimeout';
+  }
+}
+
+let worker: Worker | null = null;
+let nextId = 1;
+let idleTimer: NodeJS.Timeout | undefined;
+/** The checks, one after the other. */
+let queue: Promise<unknown> = Promise.resolve();
+
+function thread(): Worker {
+  if (worker) return worker;
+  const started = new Worker(THREAD);
+  // The daemon's exit does not wait for it.
+  started.unref();
+  // A permanent listener: an unheard 'error' would take the daemon down.
+  started.on('error', () => {});
+  started.once('exit', () => {
+    if (worker === started) worker = null;
+  });
+  worker = started;
+  return started;
+}
+
+function check(schema: Record<string, unknown>, answer: string): Promise<boolean> {
+  clearTimeout(idleTimer);
+  const running = thread();
+  const id = nextId++;
+  return new Promise<boolean>((resolve, reject) => {
+    const done = () => {
+      clearTimeout(timer);
+      running.off('message', onMessage);
+      running.off('exit', onExit);
+      idleTimer = setTimeout(() => void stopSchemaChecks(), IDLE_MS).unref();
+    };
+    const onMessage = (reply: SchemaCheckReply) => {
+      if (reply.id !== id) return;
+      done();
+      resolve(reply.matches);
+    };
+    const onExit = (code: number) => {
+      done();
+      reject(new Error(`the schema-checking thread stopped (exit code ${code})`));
+    };
+    const timer = setTimeout(() => {
+      done();
+      if (worker === running) worker = null;
+      void running.terminate();
+      reject(new SchemaCheckTimeout());
+    }, SCHEMA_CHECK_BUDGET_MS);
+    running.on('message', onMessage);
+    running.once('exit', onExit);
+    running.postMessage({ id, schema, answer } satisfies SchemaCheck);
+  });
+}
+
+/**
+ * Whether `answer` (JSON text) matches `schema`: true also when the answer is not JSON or the schema cannot be read.
+ * Rejects with SchemaCheckTimeout when the check is over its budget.
+ */
+export function answerMatchesSchema(schema: Record<string, unknown>, answer: string): Promise<boolean> {
+  const result = queue.then(() => check(schema, answer));
+  queue = result.catch(() => {});
+  return result;
+}
+
+/** Ends the thread now (the daemon is stopping, or it has been idle). */
+export async function stopSchemaChecks(): Promise<void> {
+  clearTimeout(idleTimer);
+  const running = worker;
+  worker = null;
+  await running?.terminate();
+}
