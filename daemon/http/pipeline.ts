@@ -21,7 +21,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticate, type Principal } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import { ApiError, MESSAGES } from '../errors/index.js';
-import { OFFLOAD_FROM, SCRUB_BODY, ScrubSession, scrubOffLoop, type BodyKind } from '../scrub/index.js';
+import { NotCopyable, OFFLOAD_FROM, SCRUB_BODY, ScrubSession, scrubOffLoop, type BodyKind } from '../scrub/index.js';
 import type { AuditService } from '../audit/index.js';
 import type { DocumentLibrary } from '../documents/index.js';
 import type { KeyRegistry } from '../keys/index.js';
@@ -281,19 +281,23 @@ export function scrubRequest(request: FastifyRequest, kind: BodyKind, body: unkn
     request.call.redactions = session.counts();
     request.call.scrubSession = session;
   };
-  if (request.call.bodyBytes >= OFFLOAD_FROM) {
-    return scrubOffLoop(kind, body).then(({ body: scrubbed, session }) => {
+  const here = () => {
+    const session = new ScrubSession();
+    try {
+      SCRUB_BODY[kind](body, session);
+    } catch (err) {
+      failed(err);
+    }
+    done(session);
+  };
+  if (request.call.bodyBytes < OFFLOAD_FROM) return here();
+  return scrubOffLoop(kind, body).then(
+    ({ body: scrubbed, session }) => {
       Object.assign(body as object, scrubbed);
       done(session);
-    }, failed);
-  }
-  const session = new ScrubSession();
-  try {
-    SCRUB_BODY[kind](body, session);
-  } catch (err) {
-    failed(err);
-  }
-  done(session);
+    },
+    (err: unknown) => (err instanceof NotCopyable ? here() : failed(err)),
+  );
 }
 
 /**

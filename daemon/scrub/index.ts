@@ -7,4 +7,4 @@ export { findIbans } from './iban.js';
 export { IBAN_REGISTRY } from './iban-registry.js';
 export { scannerKind } from './runs.js';
 export { MAX_METADATA_DEPTH, MAX_SCHEMA_DEPTH, SCRUB_BODY, type BodyKind } from './requests.js';
-export { OFFLOAD_FROM, scrubOffLoop, stopScrubWorker } from './offload.js';
+export { NotCopyable, OFFLOAD_FROM, scrubOffLoop, stopScrubWorker } from './offload.js';

@@ -1,5 +1,6 @@
 // Large request bodies are scrubbed off the event loop, in one worker thread: scrubbing is linear, but a body of
-// megabytes of digits still takes tens of milliseconds, and no single call may hold every other call that long. Smaller
+// megabytes of digits, or of tens of thousands of small strings, still takes tens of milliseconds, and no single call
+// may hold every other call that long (50 ms). Smaller
 // bodies are scrubbed where they are, which costs less than the trip to the thread. The worker is started on first
 // use and ends after a minute idle; a worker that fails takes only the calls it held with it (they fail closed).
 import { Worker } from 'node:worker_threads';
@@ -9,7 +10,7 @@ import type { BodyKind } from './requests.js';
 import { ScrubSession } from './session.js';
 
 /** Bodies of this many bytes or more are scrubbed in the worker. */
-export const OFFLOAD_FROM = 256 * 1024;
+export const OFFLOAD_FROM = 64 * 1024;
 
 const IDLE_MS = 60_000;
 // Under the test runner the sources run as TypeScript (the worker inherits its loader); built, as JavaScript.
@@ -64,8 +65,22 @@ export function scrubOffLoop(kind: BodyKind, body: unknown): Promise<{ body: unk
   const id = nextId++;
   return new Promise((resolve, reject) => {
     pending.set(id, { resolve, reject });
-    thread().postMessage({ id, kind, body } satisfies OffloadRequest);
+    try {
+      thread().postMessage({ id, kind, body } satisfies OffloadRequest);
+    } catch (err) {
+      // A body too deeply nested to copy to the thread (thousands of levels): it is scrubbed where it is.
+      pending.delete(id);
+      reject(new NotCopyable(err instanceof Error ? err.message : String(err)));
+    }
   });
+}
+
+/** The body could not be copied to the worker; the caller scrubs it where it is (the walk refuses deep nesting early). */
+export class NotCopyable extends Error {
+  constructor(reason: string) {
+    super(`the body cannot be copied to the scrubbing worker: ${reason}`);
+    this.name = 'NotCopyable';
+  }
 }
 
 /** Ends the worker now (the daemon is stopping). */

@@ -172,6 +172,11 @@ export function scanDigits(text: string, sink: RunSink | null): ArrayLike<number
   return starts;
 }
 
+/** Whether `text` holds a digit (or a surrogate pair that may be one): a text without one holds no value, IBANs included. */
+export function holdsDigits(text: string): boolean {
+  return nextRunBegin(text, 0) < text.length;
+}
+
 /** The scan in JavaScript alone (what runs without the native addon, and for short texts). */
 export function scanDigitsJs(text: string, sink: RunSink | null): number[] {
   const starts: number[] = [];
