@@ -6,5 +6,5 @@ export { StreamScrubber } from './stream.js';
 export { findIbans } from './iban.js';
 export { IBAN_REGISTRY } from './iban-registry.js';
 export { scannerKind } from './runs.js';
-export { MAX_METADATA_DEPTH, MAX_SCHEMA_DEPTH, SCRUB_BODY, type BodyKind } from './requests.js';
+export { joinedParts, MAX_METADATA_DEPTH, MAX_SCHEMA_DEPTH, SCRUB_BODY, type BodyKind } from './requests.js';
 export { NotCopyable, OFFLOAD_FROM, scrubOffLoop, stopScrubWorker } from './offload.js';

@@ -76,7 +76,7 @@ interface ChatBody {
 }
 
 /** A message's content parts as the model sees them: joined, one text (only text parts are served). */
-function joinedParts(parts: Array<{ type: string; text?: string }>, index: number): string {
+export function joinedParts(parts: Array<{ type: string; text?: string }>, index: number): string {
   return parts
     .map((part, p) => {
       if (part.type !== 'text' || typeof part.text !== 'string') {

@@ -12,7 +12,7 @@ import {
   type Usage,
 } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
-import { JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
+import { joinedParts, JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
 import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
@@ -47,23 +47,10 @@ interface ChatBody {
 /** Default ceiling on generated tokens when the client sets none, for the token limit's reservation. */
 export const DEFAULT_MAX_TOKENS = 1024;
 
+/** A message's text: the scrub stage has joined its content parts already (scrub/requests.ts), as the model sees them. */
 function textOf(content: ChatBody['messages'][number]['content'], index: number): string {
   if (content == null) return '';
-  if (typeof content === 'string') return content;
-  return content
-    .map((part, p) => {
-      if (part.type !== 'text' || typeof part.text !== 'string') {
-        throw new ApiError(
-          'invalid_request_error',
-          `Only text content parts are supported; messages[${index}].content[${p}] is '${part.type}'.`,
-          {
-            param: `messages[${index}].content[${p}].type`,
-          },
-        );
-      }
-      return part.text;
-    })
-    .join('');
+  return typeof content === 'string' ? content : joinedParts(content, index);
 }
 
 export function toChatRequest(body: ChatBody): ChatRequest {
