@@ -259,13 +259,15 @@ t.test('usage per key and endpoint, and the audit trail as each account may see 
   // The receipt of one's own call, found by its request id, once a checkpoint covers it.
   const requestId = String(calls[0].headers['x-request-id']);
   const leaf = Number(calls[0].headers['x-audit-leaf']);
-  for (let i = 0; i < 100; i++) {
-    const newest = (await browser.call('GET', '/audit')).json.checkpoints[0];
+  // A checkpoint is signed every second; a loaded machine may take longer. (Lookups are rate-limited: not polled.)
+  let newest: { size: number } | undefined;
+  for (let i = 0; i < 300; i++) {
+    newest = (await browser.call('GET', '/audit')).json.checkpoints[0];
     if (newest && newest.size > leaf) break;
     await new Promise((r) => setTimeout(r, 200));
   }
   const receipt = await browser.call('GET', `/audit/lookup?request_id=${requestId}`);
-  t.equal(receipt.status, 200);
+  t.equal(receipt.status, 200, `${JSON.stringify(receipt.json).slice(0, 160)} (leaf ${leaf}, newest checkpoint ${JSON.stringify(newest)})`);
   t.equal(receipt.json.entry.request_id, requestId);
   t.equal(String(receipt.json.leaf), calls[0].headers['x-audit-leaf']);
   t.ok(receipt.json.inclusion, 'with its inclusion proof');

@@ -4,6 +4,7 @@
 // model sees it (content parts joined first), or the call is refused with a 400 that names the field; JSON nested past
 // its limits is a 400, not a 500; a knowledge base cannot be named after an ID; a structured answer still parses, and
 // still matches its schema or is withheld; one huge body of digits neither freezes the daemon nor fails.
+import { spawnSync } from 'node:child_process';
 import http from 'node:http';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -422,4 +423,32 @@ t.test('one body of a single 1.7 MB digit run of IDs is scrubbed whole without f
   t.equal(document.result.status, 201, document.result.text.slice(0, 200));
   t.equal(document.result.json?.redactions?.NATIONAL_ID, 160_000);
   t.ok(document.slowest < 1000, `health answered within ${Math.round(document.slowest)} ms while it was ingested`);
+});
+
+t.test('the scrubbing worker never keeps a process alive: a process that used it ends on its own', async (t) => {
+  const dir = tempDir(t);
+  const scrub = new URL('../daemon/scrub/index.js', import.meta.url).href;
+  const loader = new URL('../node_modules/@tapjs/typescript/dist/esm/import.mjs', import.meta.url).href;
+  const run = (name: string, code: string) => {
+    const script = join(dir, `${name}.mjs`);
+    writeFileSync(script, `import { scrubOffLoop } from ${JSON.stringify(scrub)};\n${code}`);
+    return spawnSync(process.execPath, ['--import', loader, script], { encoding: 'utf8', timeout: 30_000 });
+  };
+  // Before, each went on until killed: the worker's idle end is a minute away, and it held the process.
+  const large = run(
+    'large',
+    `const { body } = await scrubOffLoop('chat', { model: 'm', messages: [{ role: 'user', content: '${nid} '.repeat(20000) }] });\n` +
+      `console.log(body.messages[0].content.slice(0, 14));\n`,
+  );
+  t.equal(large.stdout, '[NATIONAL_ID] \n', large.stderr.slice(0, 500));
+  t.same([large.signal, large.status], [null, 0], 'a large body: the process ended by itself');
+
+  // A body nested too deep to copy to the worker is refused by it (the caller then scrubs it where it is).
+  const deep = run(
+    'deep',
+    `let deep = []; for (let i = 0; i < 100000; i++) deep = [deep];\n` +
+      `await scrubOffLoop('chat', { model: 'm', messages: [], x: deep }).catch((err) => console.log(err.name));\n`,
+  );
+  t.equal(deep.stdout, 'NotCopyable\n', deep.stderr.slice(0, 500));
+  t.same([deep.signal, deep.status], [null, 0], 'a body it could not take: the process ended by itself');
 });

@@ -2,7 +2,8 @@
 // megabytes of digits, or of tens of thousands of small strings, still takes tens of milliseconds, and no single call
 // may hold every other call that long (50 ms). Smaller
 // bodies are scrubbed where they are, which costs less than the trip to the thread. The worker is started on first
-// use and ends after a minute idle; a worker that fails takes only the calls it held with it (they fail closed).
+// use and ends after a minute idle (idle, it does not keep the process alive); a worker that fails takes only the
+// calls it held with it (they fail closed).
 import { Worker } from 'node:worker_threads';
 import { ApiError } from '../errors/index.js';
 import type { OffloadReply, OffloadRequest } from './offload-thread.js';
@@ -29,8 +30,6 @@ let idleTimer: NodeJS.Timeout | undefined;
 function thread(): Worker {
   if (worker) return worker;
   const started = new Worker(THREAD);
-  // The daemon's exit does not wait for it.
-  started.unref();
   started.on('message', (reply: OffloadReply) => {
     const waiter = pending.get(reply.id);
     if (!waiter) return;
@@ -39,6 +38,7 @@ function thread(): Worker {
     else if ('refused' in reply) waiter.reject(new ApiError(reply.refused.code, reply.refused.message, { param: reply.refused.param }));
     else waiter.reject(new Error(reply.failed));
     if (!pending.size) {
+      started.unref();
       idleTimer = setTimeout(() => {
         if (worker !== started || pending.size) return;
         worker = null;
@@ -63,13 +63,17 @@ function thread(): Worker {
 export function scrubOffLoop(kind: BodyKind, body: unknown): Promise<{ body: unknown; session: ScrubSession }> {
   clearTimeout(idleTimer);
   const id = nextId++;
+  const started = thread();
   return new Promise((resolve, reject) => {
     pending.set(id, { resolve, reject });
     try {
-      thread().postMessage({ id, kind, body } satisfies OffloadRequest);
+      started.postMessage({ id, kind, body } satisfies OffloadRequest);
+      // Held while it scrubs, let go once idle: an idle worker never keeps a process from ending.
+      started.ref();
     } catch (err) {
       // A body too deeply nested to copy to the thread (thousands of levels): it is scrubbed where it is.
       pending.delete(id);
+      if (!pending.size) started.unref();
       reject(new NotCopyable(err instanceof Error ? err.message : String(err)));
     }
   });
