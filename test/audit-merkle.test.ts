@@ -573,7 +573,8 @@ t.test("a call's entry is written as the canonical JSON of its fields, whatever 
   for (const [name, call] of variants) {
     const time = '2026-11-23T03:00:00.123Z';
     const expected = canonicalJson({
-      v: 1,
+      kind: 'call',
+      v: 2,
       time,
       request_id: call.requestId,
       key: call.keyId,

@@ -90,7 +90,8 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   const receipt = await anchors(d, secret, `?leaf=${refusedLeaf}`);
   t.equal(receipt.status, 200);
   t.match(receipt.json.entry, {
-    v: 1,
+    kind: 'call',
+    v: 2,
     method: 'POST',
     route: '/v1/chat/completions',
     status: 404,

@@ -6,6 +6,7 @@ import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { Config } from '../config/index.js';
 import type { RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
+import { canonicalJson, type Canonical } from './canonical.js';
 import { Checkpointer, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
 import { SoftwareSigner, TpmSigner, type Signer, type TpmOptions } from './signer.js';
@@ -59,6 +60,25 @@ const str = JSON.stringify;
 const own = (s: string) => `"${s}"`;
 
 /**
+ * Every kind of entry and the version of its format. An entry names both (`kind`, `v`), so a reader knows which
+ * fields to expect; a kind's version goes up whenever its fields change. Entries written before kinds existed have
+ * `v` 1 and no `kind`: they are calls. docs/audit.md shows one example of each kind.
+ */
+export const ENTRY_KINDS = {
+  call: 2,
+} as const;
+
+export type EntryKind = keyof typeof ENTRY_KINDS;
+
+/** The fields of an entry other than a call's: plain JSON values, never a secret, a password or a prompt. */
+export type EntryFields = { [field: string]: Canonical | undefined };
+
+/** An entry of `kind` as canonical JSON; `kind`, `v`, `time` and `region` are the log's, not the caller's. */
+export function entryJson(kind: EntryKind, fields: EntryFields, time: string, region: string): string {
+  return canonicalJson({ ...fields, kind, v: ENTRY_KINDS[kind], time, region });
+}
+
+/**
  * A call's entry as canonical JSON (RFC 8785): the same bytes canonicalJson makes of the entry object, written in
  * its keys' sorted order without building the object or sorting, because every call pays for it. Strings go through
  * JSON.stringify as canonicalJson's do, except those the daemon made itself (`own`); the status is an integer.
@@ -66,14 +86,14 @@ const own = (s: string) => `"${s}"`;
  */
 export function callEntryJson(call: CallRecord, time: string, region: string): string {
   return (
-    `{"answer_redactions":${countsJson(call.answerRedactions)},"key":${str(call.keyId)}` +
+    `{"answer_redactions":${countsJson(call.answerRedactions)},"key":${str(call.keyId)},"kind":"call"` +
     // Only on calls that left: every other entry keeps the shape it always had.
     (call.leftBoundary ? `,"left_boundary":${str(call.leftBoundary)}` : '') +
     `,"method":${str(call.method)},"model":${call.model === null ? 'null' : str(call.model)}` +
     `,"project":${str(call.projectId)},"redactions":${countsJson(call.redactions)},"region":${str(region)}` +
     `,"request_id":${own(call.requestId)},"request_sha256":${own(call.requestSha256)}` +
     `,"response_sha256":${own(call.responseSha256)},"route":${str(call.route)},"status":${call.status}` +
-    `,"time":${own(time)},"v":1}`
+    `,"time":${own(time)},"v":${ENTRY_KINDS.call}}`
   );
 }
 
@@ -150,6 +170,11 @@ export class AuditService {
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */
   record(call: CallRecord): Promise<number> {
     return this.log.appendCanonical(callEntryJson(call, isoTime(), this.region));
+  }
+
+  /** Appends an entry of `kind` (not a call's); resolves with its leaf index once it is on disk. */
+  append(kind: EntryKind, fields: EntryFields): Promise<number> {
+    return this.log.appendCanonical(entryJson(kind, fields, isoTime(), this.region));
   }
 
   get originName(): string {
