@@ -94,7 +94,16 @@ export async function startDaemon(
       rej(new Error(`daemon exited with ${code}:\n${logs.join('\n')}`));
     });
   });
+  let stopping = false;
+  // A daemon that dies on its own after it started is a finding: its last words go to the test's output.
+  proc.once('exit', (code, signal) => {
+    if (!stopping && signal !== 'SIGKILL' && code !== 0) {
+      const why = signal ? `was killed by ${signal}` : `exited with ${code}`;
+      process.stderr.write(`the daemon (${args.join(' ')}) ${why}; its last log lines:\n${logs.slice(-30).join('\n')}\n`);
+    }
+  });
   const stop = async () => {
+    stopping = true;
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
     return exited;
   };
