@@ -5,14 +5,14 @@ import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { manifestEntry } from './fixtures/manifest-entry.js';
+import { manifestEntry, standInModel } from './fixtures/manifest-entry.js';
 import { cli, tempDir } from './helpers/daemon.js';
 
 const dir = tempDir(t);
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const entry = manifestEntry;
-const pinned = Buffer.from('pinned model weights '.repeat(1000));
-const unpinned = Buffer.from('unpinned model weights '.repeat(700));
+const pinned = standInModel(1);
+const unpinned = standInModel(2);
 const manifest = join(dir, 'manifest.json');
 writeFileSync(manifest, JSON.stringify({ models: [entry('pinned-chat', 'pinned.gguf', pinned), entry('open-chat', 'open.gguf', null)] }));
 
@@ -148,7 +148,7 @@ t.test('refused: no trusted key, another key, a changed manifest, a changed file
   const swapped = join(dir, 'swapped');
   cpSync(bundle, swapped, { recursive: true });
   const evil = Buffer.from(unpinned);
-  evil[10] ^= 1;
+  evil[evil.length - 10] ^= 1;
   writeFileSync(join(swapped, 'models', 'open.gguf'), evil);
   const changedFile = cli(['models', 'import-bundle', swapped, ...d.args]);
   t.equal(changedFile.code, 1);
@@ -168,7 +168,7 @@ t.test('refused: no trusted key, another key, a changed manifest, a changed file
 });
 
 t.test("a bundle cannot bring a model the device's manifest does not list, or another file for a pinned one", async (t) => {
-  const stranger = Buffer.from('a model this device never listed');
+  const stranger = standInModel(3);
   const otherManifest = join(dir, 'other-manifest.json');
   writeFileSync(
     otherManifest,

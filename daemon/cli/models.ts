@@ -24,8 +24,9 @@ export const MODELS_HELP = `Usage: sovereign models <command> [options]
 Commands:
   list                 every manifest model: present, verified, fits, listed, and why not
   import FILE [--id ID]
-                       verify FILE's size and SHA-256 against the manifest and copy it into the models dir
-                       atomically; for an entry without a checksum, record the file's as the trusted one
+                       verify FILE's header (architecture, parameters, vocabulary…), size and SHA-256 against the
+                       manifest and copy it into the models dir atomically; for an entry without a checksum, record
+                       the file's as the trusted one. A running daemon lists it within seconds
   bundle-key --out PREFIX
                        create an Ed25519 key for signing bundles: PREFIX.key (private, 0600) and PREFIX.pub (give
                        the .pub to the devices, which list it in models.bundleKeys)
@@ -154,7 +155,8 @@ export async function modelsCommand(argv: string[]): Promise<number> {
       if (json) printJson(result);
       else
         process.stdout.write(
-          `Imported ${result.id} → ${result.path}\n  SHA-256 ${result.sha256}${result.pinned ? ' (recorded: the manifest had no checksum for it)' : ' (matches the manifest)'}\n`,
+          `Imported ${result.id} → ${result.path}\n  SHA-256 ${result.sha256}${result.pinned ? ' (recorded: the manifest had no checksum for it)' : ' (matches the manifest)'}\n` +
+            (result.replacedPin ? `  replaces the checksum ${result.replacedPin} recorded for a file that was not this model\n` : ''),
         );
       return 0;
     }

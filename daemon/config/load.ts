@@ -98,7 +98,16 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     },
     timeouts: { requestMs: 60_000, bodyIdleMs: 10_000, readerIdleMs: 30_000, keepAliveMs: 72_000, shutdownGraceMs: 30_000 },
     log: { level: 'info', requests: false },
-    models: { load: 'boot', headroomBytes: 1024 * 1024 * 1024, parallel: 2, queue: 32, gpu: 'auto', threads: 0, bundleKeys: [] },
+    models: {
+      load: 'boot',
+      headroomBytes: 1024 * 1024 * 1024,
+      parallel: 2,
+      queue: 32,
+      gpu: 'auto',
+      threads: 0,
+      bundleKeys: [],
+      rescanSeconds: 5,
+    },
     scrub: { output: true },
     speech: { maxUploadBytes: 25 * 1024 * 1024, maxSeconds: 2 * 3600, ffmpeg: 'ffmpeg' },
     documents: {

@@ -54,6 +54,8 @@ export interface Config {
     threads: number;
     /** Public keys (PEM files) whose signed models bundles this device imports. */
     bundleKeys: string[];
+    /** How often the models dir is polled for files imported while the daemon runs; 0: only at boot. */
+    rescanSeconds: number;
   };
   scrub: { output: boolean };
   speech: { maxUploadBytes: number; maxSeconds: number; ffmpeg: string };
@@ -220,6 +222,11 @@ export const configSchema = {
         queue: positiveInt('Calls that may wait per model before 503 server_overloaded.', 0, 10000),
         gpu: { enum: ['auto', 'off'], description: 'Use a GPU if node-llama-cpp finds one (auto), or never (off).' },
         threads: positiveInt('CPU threads for inference; 0 means every core the probe finds.', 0, 1024),
+        rescanSeconds: positiveInt(
+          'Seconds between looks at the models dir for models imported while the daemon runs (changes are also watched); 0 looks only at boot.',
+          0,
+          3600,
+        ),
         bundleKeys: {
           type: 'array',
           maxItems: 32,

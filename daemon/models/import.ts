@@ -2,8 +2,9 @@
 // pass reads the source, hashes it and writes a temporary file beside the destination; only a file whose size and
 // SHA-256 match is fsynced and renamed into place, so a crash or a bad file never leaves a half model behind.
 import { createHash } from 'node:crypto';
-import { createReadStream, mkdirSync, openSync, closeSync, fsyncSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { createReadStream, existsSync, mkdirSync, openSync, closeSync, fsyncSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { headerMismatch } from './header.js';
 import type { Manifest, ManifestEntry } from './manifest.js';
 import { hashFile, type ModelVerifier, type Progress } from './verify.js';
 
@@ -22,6 +23,18 @@ export interface ImportResult {
   sha256: string;
   /** True when the manifest had no checksum and this import recorded it. */
   pinned: boolean;
+  /** The checksum this import replaced: one recorded for a file that was not the model (its header disagreed). */
+  replacedPin?: string;
+}
+
+/** Why `path` is not `entry`'s model (its header disagrees with the manifest), or null when it is. */
+async function notTheModel(entry: ManifestEntry, path: string): Promise<string | null> {
+  try {
+    return await headerMismatch(entry, path);
+  } catch (err) {
+    const kind = entry.engine === 'whisper.cpp' ? 'a whisper.cpp ggml model' : 'a GGUF model';
+    return `it cannot be read as ${kind} (${(err as Error).message})`;
+  }
 }
 
 async function identify(source: string, manifest: Manifest, id: string | undefined, onProgress?: Progress): Promise<ManifestEntry> {
@@ -68,9 +81,21 @@ export async function importModel(options: {
       `${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`,
     );
   }
+  // Before copying a byte: for an entry whose checksum this import records, the header is all that ties the file to
+  // the model it is imported as.
+  const mismatch = await notTheModel(entry, source);
+  if (mismatch !== null) {
+    throw new ImportError(`${basename(source)} is not '${entry.id}': ${mismatch}. Nothing was imported.`);
+  }
 
   mkdirSync(modelsDir, { recursive: true });
   const destination = join(modelsDir, entry.file);
+  // A checksum recorded (before header checks existed) for a file that is not the model holds nothing: the file in
+  // place proves it, and a file that is the model may replace it.
+  const stalePin =
+    pin !== undefined && existsSync(destination) && (await verifier.sha256(destination)).sha256 === pin.sha256
+      ? (await notTheModel(entry, destination)) !== null
+      : false;
   const temporary = join(modelsDir, `.${entry.file}.partial-${process.pid}`);
   let sha256: string;
   try {
@@ -92,7 +117,7 @@ export async function importModel(options: {
       `SHA-256 of ${basename(source)} is ${sha256}; its signed bundle says ${options.expected.sha256}. The file was altered after the bundle was signed; nothing was imported.`,
     );
   }
-  if (expectedSha === null && pin && pin.sha256 !== sha256) {
+  if (expectedSha === null && pin && pin.sha256 !== sha256 && !stalePin) {
     rmSync(temporary, { force: true });
     throw new ImportError(`'${entry.id}' was imported before with SHA-256 ${pin.sha256}; this file is ${sha256}. Nothing was imported.`);
   }
@@ -106,7 +131,8 @@ export async function importModel(options: {
   await verifier.remember(destination, sha256);
   const pinned = expectedSha === null;
   if (pinned) await verifier.setPin(entry.id, { sha256, size, pinnedAt: new Date().toISOString() });
-  return { id: entry.id, file: entry.file, path: destination, size, sha256, pinned };
+  const replacedPin = pinned && stalePin && pin && pin.sha256 !== sha256 ? pin.sha256 : undefined;
+  return { id: entry.id, file: entry.file, path: destination, size, sha256, pinned, ...(replacedPin ? { replacedPin } : {}) };
 }
 
 /**

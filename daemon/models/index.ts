@@ -10,8 +10,12 @@ export {
   type EngineName,
   type Manifest,
   type ManifestEntry,
+  type GgufFacts,
+  type GgmlFacts,
 } from './manifest.js';
 export { hashFile, ModelVerifier, type Pin } from './verify.js';
+export { headerMismatch, readGgmlFacts, readGgufFacts } from './header.js';
+export type { ModelEvent, ModelEventListener } from './events.js';
 export { importModel, ImportError, type ImportResult } from './import.js';
 export {
   importBundle,

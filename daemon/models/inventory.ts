@@ -4,6 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Llama } from 'node-llama-cpp';
 import type { HardwareFacts } from '../hardware/index.js';
+import { headerMismatch } from './header.js';
 import type { EngineName, Manifest, ManifestEntry } from './manifest.js';
 import type { ModelVerifier, Progress } from './verify.js';
 
@@ -12,6 +13,7 @@ export type Availability =
   | 'missing'
   | 'size_mismatch'
   | 'checksum_mismatch'
+  | 'header_mismatch'
   | 'not_pinned'
   | 'engine_unavailable'
   | 'gpu_required'
@@ -40,6 +42,8 @@ export interface AssessOptions {
   llama: () => Promise<Llama>;
   hardware: HardwareFacts;
   headroomBytes: number;
+  /** RAM already promised to models listed earlier (a rescan counts the ones listed before it). */
+  reservedBytes?: number;
   parallel: number;
   /** Engines this build can run. */
   engines: ReadonlySet<EngineName>;
@@ -51,7 +55,7 @@ const gib = (bytes: number) => `${(bytes / GiB).toFixed(2)} GiB`;
 
 export async function assessModels(options: AssessOptions): Promise<ModelStatus[]> {
   const { hardware } = options;
-  let budget = hardware.ram.availableBytes - options.headroomBytes;
+  let budget = hardware.ram.availableBytes - options.headroomBytes - (options.reservedBytes ?? 0);
   // Only memory the loaded llama.cpp backend can use counts: nvidia-smi reports the same card again, and reports it
   // even when the backend is CPU-only.
   const usableGpus = hardware.accelerator === false ? [] : hardware.gpus.filter((g) => g.source === 'node-llama-cpp');
@@ -84,6 +88,10 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
         `SHA-256 ${sha256} does not match the expected ${expectedSha}: the file was altered or is another model`,
       ];
     }
+    // After the checksum, so that an altered file is reported as altered; checked for pinned entries too, where it
+    // catches a manifest whose checksum belongs to another model.
+    const mismatch = await headerMismatch(entry, path);
+    if (mismatch !== null) return ['header_mismatch', `${mismatch}: this file is not ${entry.id}`];
     status.verified = true;
     if (entry.needs.gpuRequired && (usableGpus.length === 0 || freeVram < entry.needs.vramBytes)) {
       status.fits = false;

@@ -27,14 +27,81 @@ export interface ManifestEntry {
   source?: string;
   /** Embeddings only: whether `dimensions` may shorten vectors (Matryoshka-trained models). */
   dimensionsShortenable?: boolean;
+  /** llama.cpp entries: what the GGUF header must say (checked at import and at boot, see header.ts). */
+  gguf?: GgufFacts;
+  /** whisper.cpp entries: the ggml file's hyper-parameters. */
+  ggml?: GgmlFacts;
+}
+
+export interface GgufFacts {
+  /** `general.architecture`: llama, qwen2, bert… */
+  architecture: string;
+  /** The sum of every tensor's element count (quantization does not change it). */
+  parameterCount: number;
+  /** Tokens in the tokenizer's vocabulary (`tokenizer.ggml.tokens`). */
+  vocabularySize: number;
+  /** `<arch>.context_length`: the context the model was trained for. */
+  contextLength: number;
+  /** `<arch>.embedding_length`. */
+  embeddingLength: number;
+  /** `<arch>.block_count`: layers. */
+  blockCount: number;
+}
+
+export interface GgmlFacts {
+  vocabularySize: number;
+  audioContext: number;
+  audioState: number;
+  audioHeads: number;
+  audioLayers: number;
+  textContext: number;
+  textState: number;
+  textHeads: number;
+  textLayers: number;
+  mels: number;
 }
 
 export interface Manifest {
   models: ManifestEntry[];
 }
 
+const count = { type: 'integer', minimum: 1 } as const;
+const factsSchema = (fields: Record<string, object>) =>
+  ({ type: 'object', additionalProperties: false, required: Object.keys(fields), properties: fields }) as const;
+
+const ggufSchema = factsSchema({
+  architecture: { type: 'string', pattern: '^[a-z0-9_-]{1,64}$' },
+  parameterCount: count,
+  vocabularySize: count,
+  contextLength: count,
+  embeddingLength: count,
+  blockCount: count,
+});
+const ggmlSchema = factsSchema(
+  Object.fromEntries(
+    [
+      'vocabularySize',
+      'audioContext',
+      'audioState',
+      'audioHeads',
+      'audioLayers',
+      'textContext',
+      'textState',
+      'textHeads',
+      'textLayers',
+      'mels',
+    ].map((k) => [k, count]),
+  ),
+);
+
 const entrySchema = {
   type: 'object',
+  // Every entry says what its file's header must hold: without it an entry whose checksum is recorded at import
+  // would accept any file.
+  allOf: [
+    { if: { properties: { engine: { const: 'llama.cpp' } } }, then: { required: ['gguf'], not: { required: ['ggml'] } } },
+    { if: { properties: { engine: { const: 'whisper.cpp' } } }, then: { required: ['ggml'], not: { required: ['gguf'] } } },
+  ],
   additionalProperties: false,
   required: ['id', 'file', 'sha256', 'size', 'capability', 'engine', 'languages', 'context', 'needs', 'ownedBy'],
   properties: {
@@ -62,6 +129,8 @@ const entrySchema = {
     license: { type: 'string' },
     source: { type: 'string' },
     dimensionsShortenable: { type: 'boolean' },
+    gguf: ggufSchema,
+    ggml: ggmlSchema,
   },
 } as const;
 
@@ -113,6 +182,7 @@ export function checkManifest(parsed: unknown, source: string): Manifest {
     ids.add(m.id);
     files.add(m.file);
     if (m.servingContext && m.servingContext > m.context) problems.push(`'${m.id}': servingContext exceeds context`);
+    if (m.gguf && m.context > m.gguf.contextLength) problems.push(`'${m.id}': context exceeds gguf.contextLength`);
   }
   if (problems.length) throw new ManifestError(path, problems);
   return manifest;

@@ -1,15 +1,27 @@
-// SHA-256 of model files, cached by (path, size, mtime, inode) in lmdb so a reboot does not rehash gigabytes.
-// Any change to the file changes one of those and forces a rehash.
+// SHA-256 of model files, cached by (path, size, mtime, ctime, inode) in lmdb so a reboot does not rehash gigabytes.
+// Any write to the file changes its ctime, which (unlike mtime, which `touch -r` puts back) no user can set: the
+// kernel stamps it on every change of content or metadata. So a byte flipped in place always forces a rehash.
 import { createHash } from 'node:crypto';
-import { createReadStream, statSync } from 'node:fs';
+import { createReadStream, statSync, type BigIntStats } from 'node:fs';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 
 interface CachedHash {
   size: number;
-  mtimeMs: number;
-  ino: number;
+  /** Nanoseconds, as decimal strings (lmdb's msgpack keeps them exact; a double would round them). */
+  mtimeNs: string;
+  ctimeNs: string;
+  ino: string;
   sha256: string;
+}
+
+/** The cache key of a file's current state; records written before ctime was part of it never match. */
+function identity(stat: BigIntStats): Omit<CachedHash, 'sha256'> {
+  return { size: Number(stat.size), mtimeNs: String(stat.mtimeNs), ctimeNs: String(stat.ctimeNs), ino: String(stat.ino) };
+}
+
+function sameFile(a: Omit<CachedHash, 'sha256'>, b: Omit<CachedHash, 'sha256'>): boolean {
+  return a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs && a.ino === b.ino;
 }
 
 /** Checksums the operator recorded with `models import` for manifest entries that have none. */
@@ -48,25 +60,21 @@ export class ModelVerifier {
 
   /** The file's SHA-256, from the cache when the file is unchanged since it was last hashed. */
   async sha256(path: string, onProgress?: Progress): Promise<{ sha256: string; cached: boolean }> {
-    const stat = statSync(path);
+    const before = identity(statSync(path, { bigint: true }));
     const cached = this.hashes.get(path);
-    if (cached && cached.size === stat.size && cached.mtimeMs === stat.mtimeMs && cached.ino === stat.ino) {
-      return { sha256: cached.sha256, cached: true };
-    }
+    if (cached && sameFile(cached, before)) return { sha256: cached.sha256, cached: true };
     const sha256 = await hashFile(path, onProgress);
-    const after = statSync(path);
     // Only cache if nothing changed the file while it was being read. Only a cache: a full disk does not stop the
     // model being served (it is hashed again at the next start).
-    if (after.size === stat.size && after.mtimeMs === stat.mtimeMs) {
-      await this.hashes.put(path, { size: stat.size, mtimeMs: stat.mtimeMs, ino: stat.ino, sha256 }).catch(() => false);
+    if (sameFile(identity(statSync(path, { bigint: true })), before)) {
+      await this.hashes.put(path, { ...before, sha256 }).catch(() => false);
     }
     return { sha256, cached: false };
   }
 
   /** Records a hash computed elsewhere (by import, which just read every byte) for a file it wrote. */
   async remember(path: string, sha256: string): Promise<void> {
-    const stat = statSync(path);
-    await this.hashes.put(path, { size: stat.size, mtimeMs: stat.mtimeMs, ino: stat.ino, sha256 });
+    await this.hashes.put(path, { ...identity(statSync(path, { bigint: true })), sha256 });
   }
 
   pin(id: string): Pin | undefined {

@@ -17,8 +17,10 @@ import {
   type Manifest,
   type ManifestEntry,
   type ModelCatalog,
+  type ModelEventListener,
   type ModelStatus,
 } from '../models/index.js';
+import { fingerprint, watchModelsDir, type ModelsDirWatch } from './model-watch.js';
 import type { Store } from '../store/index.js';
 
 export interface ModelsRuntime {
@@ -38,6 +40,8 @@ export function startModels(options: {
   catalog: ModelCatalog;
   engines: EngineRegistry;
   log: FastifyBaseLogger;
+  /** Told when a model is listed, not listed, or withdrawn (for the audit log). */
+  onEvent?: ModelEventListener;
 }): ModelsRuntime {
   const { config, manifest, catalog, engines, log } = options;
   const dir = modelsDirOf(config);
@@ -103,37 +107,50 @@ export function startModels(options: {
       log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
     } catch (err) {
       catalog.update(entry.id, { readiness: 'failed', detail: `failed to load: ${(err as Error).message}` });
+      options.onEvent?.({ type: 'model.withdrawn', id: entry.id, reason: `failed to load: ${(err as Error).message}` });
       log.error({ model: entry.id, err: (err as Error).message }, 'model failed to load; withdrawn');
     }
   };
 
-  const settled = (async () => {
-    hardware = await probeHardware(candidates.length ? await runtime() : null);
-    log.info(
-      { ram: hardware.ram, cores: hardware.cpu.cores, gpus: hardware.gpus.length, accelerator: hardware.accelerator, threads },
-      'hardware probed',
-    );
-    statuses = await assessModels({
-      manifest,
+  const verifier = new ModelVerifier(options.store);
+  const assess = (entries: ManifestEntry[], reservedBytes: number) =>
+    assessModels({
+      manifest: { models: entries },
       modelsDir: dir,
-      verifier: new ModelVerifier(options.store),
+      verifier,
       llama: runtime,
-      hardware,
+      hardware: hardware!,
       headroomBytes: config.models.headroomBytes,
+      reservedBytes,
       parallel: config.models.parallel,
       engines: BUILT_IN_ENGINES,
       onHashProgress: (id) => (done, total) => log.info({ model: id, done, total }, `verifying ${Math.round((done / total) * 100)}%`),
     });
-    const unavailable = statuses.filter((s) => s.state !== 'available');
-    catalog.setUnavailable(unavailable.map((s) => ({ id: s.id, capability: s.capability, state: s.state, reason: s.reason })));
-    for (const s of unavailable) {
-      catalog.remove(s.id);
-      if (s.state !== 'missing') log.warn({ model: s.id, state: s.state, reason: s.reason }, 'model not listed');
-    }
-    const available = statuses
-      .filter((s) => s.state === 'available')
-      .map((s) => ({ s, entry: manifest.models.find((m) => m.id === s.id)! }));
-    for (const { s, entry } of available) {
+  const entryOf = (id: string) => manifest.models.find((m) => m.id === id)!;
+  /** Each entry's file as it was when it was last assessed: a rescan looks again only at files that changed. */
+  const assessedAs = new Map<string, string>();
+  const seenAs = new Map<string, string>();
+
+  /** Lists what `fresh` found available and reports the rest; returns the newly listed models' entries. */
+  const publish = (fresh: ModelStatus[], when: 'boot' | 'rescan') => {
+    const byId = new Map(fresh.map((s) => [s.id, s]));
+    statuses = statuses.length ? statuses.map((s) => byId.get(s.id) ?? s) : fresh;
+    catalog.setUnavailable(
+      statuses
+        .filter((s) => s.state !== 'available')
+        .map((s) => ({ id: s.id, capability: s.capability, state: s.state, reason: s.reason })),
+    );
+    const admitted: Array<{ s: ModelStatus; entry: ManifestEntry }> = [];
+    for (const s of fresh) {
+      const entry = entryOf(s.id);
+      if (s.state !== 'available') {
+        catalog.remove(s.id);
+        if (s.state !== 'missing') {
+          log.warn({ model: s.id, state: s.state, reason: s.reason }, 'model not listed');
+          options.onEvent?.({ type: 'model.not_listed', id: s.id, state: s.state, reason: s.reason, when });
+        }
+        continue;
+      }
       let loading: Promise<void> | undefined;
       catalog.set({
         id: entry.id,
@@ -144,12 +161,69 @@ export function startModels(options: {
         readiness: config.models.load === 'boot' ? 'loading' : 'unloaded',
         load: () => void (loading ??= load(entry, s.path)),
       });
+      if (when === 'rescan') log.info({ model: s.id }, 'model arrived in the models dir; listed');
+      options.onEvent?.({
+        type: 'model.listed',
+        id: s.id,
+        file: entry.file,
+        sha256: entry.sha256 ?? verifier.pin(s.id)?.sha256 ?? null,
+        when,
+      });
+      admitted.push({ s, entry });
     }
+    return admitted;
+  };
+
+  const settled = (async () => {
+    hardware = await probeHardware(candidates.length ? await runtime() : null);
+    log.info(
+      { ram: hardware.ram, cores: hardware.cpu.cores, gpus: hardware.gpus.length, accelerator: hardware.accelerator, threads },
+      'hardware probed',
+    );
+    for (const entry of manifest.models) assessedAs.set(entry.id, fingerprint(join(dir, entry.file)));
+    const available = publish(await assess(manifest.models, 0), 'boot');
+    for (const [id, fp] of assessedAs) seenAs.set(id, fp);
     if (config.models.load === 'boot') for (const { s, entry } of available) await load(entry, s.path);
   })().catch((err: unknown) => {
     log.error({ err: (err as Error).message }, 'model boot failed; no model is served');
     for (const m of catalog.all()) catalog.update(m.id, { readiness: 'failed', detail: `model boot failed: ${(err as Error).message}` });
   });
+
+  /**
+   * Looks again at the entries not listed whose file changed since they were assessed, once the file has stopped
+   * changing (the same stat at two scans in a row), through the same checks as at boot. A model imported by
+   * `sovereign models import` appears whole (it is renamed into place); one copied in by hand is looked at once the
+   * copy is over, and a file still short of its size or checksum is not listed.
+   */
+  const rescan = async () => {
+    if (disposed || !hardware) return;
+    const due: ManifestEntry[] = [];
+    let settling = false;
+    for (const s of statuses) {
+      if (s.state === 'available' || s.state === 'engine_unavailable') continue;
+      const fp = fingerprint(s.path);
+      if (fp !== seenAs.get(s.id)) {
+        seenAs.set(s.id, fp);
+        settling ||= fp !== assessedAs.get(s.id);
+      } else if (fp !== assessedAs.get(s.id)) {
+        assessedAs.set(s.id, fp);
+        due.push(entryOf(s.id));
+      }
+    }
+    if (settling) watcher?.wake();
+    if (!due.length) return;
+    // Models listed so far keep what they were promised; manifest order decides only among models assessed together.
+    const reserved = statuses.filter((s) => s.state === 'available').reduce((sum, s) => sum + (s.requiredRamBytes ?? 0), 0);
+    const available = publish(await assess(due, reserved), 'rescan');
+    if (config.models.load === 'boot') for (const { s, entry } of available) if (!disposed) await load(entry, s.path);
+  };
+  let watcher: ModelsDirWatch | undefined;
+  if (config.models.rescanSeconds > 0) {
+    void settled.then(() => {
+      if (disposed) return;
+      watcher = watchModelsDir(dir, { pollMs: config.models.rescanSeconds * 1000, debounceMs: 500, scan: rescan });
+    });
+  }
 
   return {
     settled,
@@ -158,6 +232,7 @@ export function startModels(options: {
     async dispose() {
       disposed = true;
       await settled;
+      await watcher?.close();
       await (await engine)?.dispose();
       await (await whisperCpp)?.dispose();
     },

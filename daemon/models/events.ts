@@ -1,0 +1,13 @@
+// What happens to models while the daemon runs, for whoever records it (the audit log's administrative entries).
+// `sovereign models import` reports its own outcome: its ImportResult (or ImportError) is the event.
+import type { Availability } from './inventory.js';
+
+export type ModelEvent =
+  /** Verified and listed: at boot, or later when its file arrived (`when: 'rescan'`). */
+  | { type: 'model.listed'; id: string; file: string; sha256: string | null; when: 'boot' | 'rescan' }
+  /** Present but not listed, and why (checksum, header, fit…). Absent files are not reported. */
+  | { type: 'model.not_listed'; id: string; state: Availability; reason: string; when: 'boot' | 'rescan' }
+  /** Listed, then failed to load: withdrawn from /v1/models. */
+  | { type: 'model.withdrawn'; id: string; reason: string };
+
+export type ModelEventListener = (event: ModelEvent) => void;
