@@ -425,7 +425,7 @@ t.test('one body of a single 1.7 MB digit run of IDs is scrubbed whole without f
   t.ok(document.slowest < 1000, `health answered within ${Math.round(document.slowest)} ms while it was ingested`);
 });
 
-t.test('the scrubbing worker never keeps a process alive: a process that used it ends on its own', async (t) => {
+t.test('the scrubbing and schema-checking threads never keep a process alive: a process that used them ends on its own', async (t) => {
   const dir = tempDir(t);
   const scrub = new URL('../daemon/scrub/index.js', import.meta.url).href;
   const loader = new URL('../node_modules/@tapjs/typescript/dist/esm/import.mjs', import.meta.url).href;
@@ -451,4 +451,13 @@ t.test('the scrubbing worker never keeps a process alive: a process that used it
   );
   t.equal(deep.stdout, 'NotCopyable\n', deep.stderr.slice(0, 500));
   t.same([deep.signal, deep.status], [null, 0], 'a body it could not take: the process ended by itself');
+
+  // The thread that checks structured answers against their schemas, likewise.
+  const schemaCheck = run(
+    'schema',
+    `const { answerMatchesSchema } = await import(${JSON.stringify(new URL('../daemon/http/answer-schema.js', import.meta.url).href)});\n` +
+      `console.log(await answerMatchesSchema({ type: 'object', required: ['id'] }, '{"id": "[NATIONAL_ID]"}'));\n`,
+  );
+  t.equal(schemaCheck.stdout, 'true\n', schemaCheck.stderr.slice(0, 500));
+  t.same([schemaCheck.signal, schemaCheck.status], [null, 0], 'a schema check: the process ended by itself');
 });

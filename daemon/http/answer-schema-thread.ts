@@ -10,10 +10,7 @@ export interface SchemaCheck {
   answer: string;
 }
 
-export interface SchemaCheckReply {
-  id: number;
-  matches: boolean;
-}
+export type SchemaCheckReply = { id: number; matches: boolean } | { ready: true };
 
 const checker = new Ajv({ strict: false, allErrors: false, validateFormats: false });
 
@@ -43,3 +40,5 @@ function matches(schema: Record<string, unknown>, answer: string): boolean {
 parentPort!.on('message', ({ id, schema, answer }: SchemaCheck) => {
   parentPort!.postMessage({ id, matches: matches(schema, answer) } satisfies SchemaCheckReply);
 });
+// Loaded and listening: the first check's budget starts now, not while the thread and ajv load.
+parentPort!.postMessage({ ready: true } satisfies SchemaCheckReply);

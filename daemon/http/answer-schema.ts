@@ -2,7 +2,8 @@
 // patterns are the client's regular expressions, and one that backtracks exponentially (`^(a+)+$` on forty letters)
 // held the event loop, and every other call, for hours. One thread checks one answer at a time (checks are rare: only
 // answers in which scrubbing put a placeholder where JSON had a number); one that is over its budget is ended, and
-// the next check starts a new one. An idle thread ends after a minute.
+// the next check starts a new one. The budget counts from when the thread is loaded, not from its start (which, on a
+// loaded machine, can take longer than the budget). An idle thread ends after a minute, and never holds the process.
 import { Worker } from 'node:worker_threads';
 import type { SchemaCheck, SchemaCheckReply } from './answer-schema-thread.js';
 
@@ -21,39 +22,63 @@ export class SchemaCheckTimeout extends Error {
   }
 }
 
-let worker: Worker | null = null;
+interface Thread {
+  worker: Worker;
+  /** Resolves once the thread has loaded (its start does not count against a check's budget); rejects if it ends first. */
+  ready: Promise<void>;
+}
+
+let current: Thread | null = null;
 let nextId = 1;
 let idleTimer: NodeJS.Timeout | undefined;
 /** The checks, one after the other. */
 let queue: Promise<unknown> = Promise.resolve();
 
-function thread(): Worker {
-  if (worker) return worker;
-  const started = new Worker(THREAD);
-  // The daemon's exit does not wait for it.
-  started.unref();
+function thread(): Thread {
+  if (current) return current;
+  const worker = new Worker(THREAD);
   // A permanent listener: an unheard 'error' would take the daemon down.
-  started.on('error', () => {});
-  started.once('exit', () => {
-    if (worker === started) worker = null;
+  worker.on('error', () => {});
+  const ready = new Promise<void>((resolve, reject) => {
+    const onReady = (reply: SchemaCheckReply) => {
+      if (!('ready' in reply)) return;
+      worker.off('message', onReady);
+      resolve();
+    };
+    worker.on('message', onReady);
+    worker.once('exit', (code) => reject(new Error(`the schema-checking thread stopped as it started (exit code ${code})`)));
   });
-  worker = started;
+  ready.catch(() => {});
+  const started = { worker, ready };
+  worker.once('exit', () => {
+    if (current === started) current = null;
+  });
+  current = started;
   return started;
 }
 
-function check(schema: Record<string, unknown>, answer: string): Promise<boolean> {
+async function check(schema: Record<string, unknown>, answer: string): Promise<boolean> {
   clearTimeout(idleTimer);
-  const running = thread();
+  const { worker: running, ready } = thread();
+  // Held while it checks, let go once idle: an idle thread never keeps a process from ending.
+  running.ref();
+  try {
+    await ready;
+  } catch (err) {
+    running.unref();
+    throw err;
+  }
   const id = nextId++;
   return new Promise<boolean>((resolve, reject) => {
     const done = () => {
       clearTimeout(timer);
       running.off('message', onMessage);
       running.off('exit', onExit);
+      running.unref();
       idleTimer = setTimeout(() => void stopSchemaChecks(), IDLE_MS).unref();
     };
     const onMessage = (reply: SchemaCheckReply) => {
-      if (reply.id !== id) return;
+      if (!('id' in reply) || reply.id !== id) return;
       done();
       resolve(reply.matches);
     };
@@ -63,7 +88,7 @@ function check(schema: Record<string, unknown>, answer: string): Promise<boolean
     };
     const timer = setTimeout(() => {
       done();
-      if (worker === running) worker = null;
+      if (current?.worker === running) current = null;
       void running.terminate();
       reject(new SchemaCheckTimeout());
     }, SCHEMA_CHECK_BUDGET_MS);
@@ -86,7 +111,7 @@ export function answerMatchesSchema(schema: Record<string, unknown>, answer: str
 /** Ends the thread now (the daemon is stopping, or it has been idle). */
 export async function stopSchemaChecks(): Promise<void> {
   clearTimeout(idleTimer);
-  const running = worker;
-  worker = null;
-  await running?.terminate();
+  const running = current;
+  current = null;
+  await running?.worker.terminate();
 }
