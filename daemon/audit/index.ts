@@ -169,12 +169,13 @@ export class AuditService {
 
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */
   record(call: CallRecord): Promise<number> {
-    return this.log.appendCanonical(callEntryJson(call, isoTime(), this.region));
+    return this.log.appendCanonical(callEntryJson(call, isoTime(), this.region), call.requestId);
   }
 
   /** Appends an entry of `kind` (not a call's); resolves with its leaf index once it is on disk. */
   append(kind: EntryKind, fields: EntryFields): Promise<number> {
-    return this.log.appendCanonical(entryJson(kind, fields, isoTime(), this.region));
+    const requestId = typeof fields.request_id === 'string' ? fields.request_id : null;
+    return this.log.appendCanonical(entryJson(kind, fields, isoTime(), this.region), requestId);
   }
 
   get originName(): string {

@@ -43,21 +43,10 @@ export function receiptOf(audit: AuditService, leaf: number, visible: (entry: { 
   };
 }
 
-/** Entries read per turn of the event loop while searching, so calls go on being answered meanwhile. */
-const SCAN_SLICE = 20_000;
-
 /**
- * The newest entry logged for a request id, searching back over at most `within` entries; null if none. There is
- * no index by request id (it would cost every call a second write); the search reads raw entries newest first.
+ * The leaf of the newest entry logged for a request id (a stream's end entry rather than its start), or null: one
+ * read of the index by request id (log.ts), plus the few entries still committing.
  */
-export async function findByRequestId(audit: AuditService, requestId: string, within: number): Promise<number | null> {
-  const needle = Buffer.from(`"request_id":${JSON.stringify(requestId)}`);
-  // Acknowledged entries lmdb does not hold yet are searched too: a client asks right after its answer.
-  const size = audit.log.readable;
-  const last = Math.max(0, size - within);
-  for (let i = size - 1; i >= last; i--) {
-    if (audit.log.entry(i)?.includes(needle)) return i;
-    if ((size - i) % SCAN_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-  }
-  return null;
+export function findByRequestId(audit: AuditService, requestId: string): number | null {
+  return audit.log.findRequest(requestId);
 }
