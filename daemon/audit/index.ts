@@ -36,6 +36,8 @@ export interface CallRecord {
   responseSha256: string;
   /** The frontier provider the call was sent to, if it was: the entry then says the call left the boundary. */
   leftBoundary?: string | null;
+  /** A streamed call's `stream.start` entry (its leaf): the end entry names it, so a start without an end stands out. */
+  streamStart?: number | null;
 }
 
 export interface AuditHealth {
@@ -65,7 +67,9 @@ const own = (s: string) => `"${s}"`;
  * `v` 1 and no `kind`: they are calls. docs/audit.md shows one example of each kind.
  */
 export const ENTRY_KINDS = {
-  call: 2,
+  // v 3: a streamed call names its start entry (`stream_start`).
+  call: 3,
+  'stream.start': 1,
 } as const;
 
 export type EntryKind = keyof typeof ENTRY_KINDS;
@@ -93,6 +97,8 @@ export function callEntryJson(call: CallRecord, time: string, region: string): s
     `,"project":${str(call.projectId)},"redactions":${countsJson(call.redactions)},"region":${str(region)}` +
     `,"request_id":${own(call.requestId)},"request_sha256":${own(call.requestSha256)}` +
     `,"response_sha256":${own(call.responseSha256)},"route":${str(call.route)},"status":${call.status}` +
+    // Only on streamed calls, like left_boundary: a leaf index is an integer.
+    (typeof call.streamStart === 'number' ? `,"stream_start":${call.streamStart}` : '') +
     `,"time":${own(time)},"v":${ENTRY_KINDS.call}}`
   );
 }
