@@ -116,6 +116,13 @@ export function originOf(config: Config): string {
   return config.audit.origin ?? `sovereign/${config.region}`;
 }
 
+/**
+ * What to do when the TPM holds no usable signing key: said by health, by a receipt that cannot exist, and by the
+ * dashboard. The names are the CLI's command and the configuration's environment variable.
+ */
+export const SIGNER_NOT_PROVISIONED =
+  'The audit signer is not provisioned: run `sovereign audit init-tpm` on the appliance (it makes the signing key in the TPM), or, on a development machine without a TPM, set SOVEREIGN_AUDIT_SIGNER=software (audit.signer "software"); then restart the daemon';
+
 /** How often a log stopped by a failed write tries to start again. */
 const RECOVERY_MS = 2_000;
 
@@ -156,6 +163,7 @@ export class AuditService {
       signer = config.audit.signer === 'software' ? new SoftwareSigner(softwareKeyFile(config)) : await TpmSigner.open(tpmOptions(config));
     } catch (err) {
       problem = `audit checkpoints cannot be signed: ${(err as Error).message}`;
+      if (config.audit.signer === 'tpm') problem += `. ${SIGNER_NOT_PROVISIONED}`;
       if (config.posture !== 'device') throw new Error(problem);
       log.warn(problem);
     }

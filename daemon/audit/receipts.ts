@@ -1,7 +1,7 @@
 // What the log says about itself and about one call, in the shape GET /v1/audit/anchors returns and the dashboard
 // shows: the signer and key, and a call's receipt (its entry, the checkpoint covering it, the inclusion proof).
 import { ApiError } from '../errors/index.js';
-import type { AuditService } from './index.js';
+import { SIGNER_NOT_PROVISIONED, type AuditService } from './index.js';
 
 export const proofText = (proof: Buffer[]) => proof.map((h) => h.toString('base64'));
 
@@ -26,7 +26,14 @@ export function receiptOf(audit: AuditService, leaf: number, visible: (entry: { 
   const bytes = audit.log.entry(leaf);
   const entry = bytes ? (JSON.parse(bytes.toString('utf8')) as { project?: string }) : undefined;
   if (!entry || !visible(entry)) throw new ApiError('not_found', `No audit entry ${leaf} for this key's project.`, { param: 'leaf' });
-  const covering = audit.checkpoints?.covering(leaf);
+  if (!audit.checkpoints) {
+    // Without a signer no checkpoint will ever cover it: retrying cannot help, the operator must act.
+    throw new ApiError(
+      'audit_unavailable',
+      `Entry ${leaf} is logged, but no checkpoint is signed on this device, so it has no receipt. ${audit.health().problem ?? SIGNER_NOT_PROVISIONED}.`,
+    );
+  }
+  const covering = audit.checkpoints.covering(leaf);
   if (!covering) {
     throw new ApiError('audit_unavailable', `Entry ${leaf} is not in a signed checkpoint yet. Retry in a few seconds.`, {
       headers: { 'retry-after': String(Math.ceil(checkpointMs / 1000) + 1) },
