@@ -18,7 +18,10 @@ t.test('without a signer, a receipt, health and the dashboard say the signer is 
   const { secret } = createKey(dataDir, 'acme');
   cli(['admin', 'create', '--email', 'op@bank.example', '--password-stdin', '--config', config], {}, `${PASSWORD}\n`);
   // A TPM nobody listens for: the signing key cannot be had, as on a machine where init-tpm never ran.
-  const d = await startDaemon(t, ['--config', config], { SOVEREIGN_AUDIT_SIGNER: 'tpm', SOVEREIGN_AUDIT_TCTI: 'swtpm:host=127.0.0.1,port=9' });
+  const d = await startDaemon(t, ['--config', config], {
+    SOVEREIGN_AUDIT_SIGNER: 'tpm',
+    SOVEREIGN_AUDIT_TCTI: 'swtpm:host=127.0.0.1,port=9',
+  });
   const auth = { authorization: `Bearer ${secret}` };
 
   const call = await fetch(`${d.baseURL}/models`, { headers: auth });

@@ -47,7 +47,9 @@ const upstream = http.createServer((req, res) => {
       if ((short && words === 3) || words === 600) {
         clearInterval(timer);
         res.write(chunk({}, 'stop'));
-        res.write(`data: ${JSON.stringify({ id: 'u', object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 1, completion_tokens: words, total_tokens: words + 1 } })}\n\n`);
+        res.write(
+          `data: ${JSON.stringify({ id: 'u', object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 1, completion_tokens: words, total_tokens: words + 1 } })}\n\n`,
+        );
         res.end('data: [DONE]\n\n');
         return;
       }
@@ -74,7 +76,7 @@ function configFile(dir: string): string {
 }
 
 async function checkpointCovering(d: RunningDaemon, secret: string, size: number): Promise<void> {
-  for (const until = Date.now() + 15_000; ; ) {
+  for (const until = Date.now() + 15_000; ;) {
     const res = await fetch(`${d.baseURL}/audit/anchors?limit=1`, { headers: { authorization: `Bearer ${secret}` } });
     const json = (await res.json()) as { checkpoints?: Array<{ size: number }> };
     if ((json.checkpoints?.[0]?.size ?? 0) >= size) return;
@@ -159,7 +161,7 @@ t.test('a stream cut off by kill -9 leaves its start without an end; the verifie
   const reported = r.out.split('\n').filter((l) => l.startsWith('stream cut off'));
   t.same(
     reported,
-    [`stream cut off: leaf ${cutStart} (${cutId}), started ${String(entries[cutStart]!.time)}, no end entry`],
+    [`stream cut off: leaf ${cutStart} (${cutId}), started ${String(entries[cutStart].time)}, no end entry`],
     'the verifier names the cut-off stream, and only it',
   );
   t.match(r.out, /ok: 2 streams started; 1 of them have their end entry/);
@@ -168,44 +170,41 @@ t.test('a stream cut off by kill -9 leaves its start without an end; the verifie
   t.match(onAppliance.stdout, `stream cut off: leaf ${cutStart} (${cutId})`, 'sovereign audit verify reports it too');
 });
 
-t.test(
-  'a call naming a model that does not exist records the name it asked for, with an ID in it scrubbed and cut to 256',
-  async (t) => {
-    const dataDir = tempDir(t);
-    const { secret } = createKey(dataDir, 'acme');
-    const d = await startDaemon(t, ['--data-dir', dataDir, '--config', configFile(dataDir)]);
-    const headers = { authorization: `Bearer ${secret}`, 'content-type': 'application/json' };
-    const send = async (model: unknown) => {
-      const res = await fetch(`${d.baseURL}/chat/completions`, {
-        method: 'POST',
-        headers,
-        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }),
-      });
-      await res.text();
-      return { status: res.status, leaf: Number(res.headers.get('x-audit-leaf')) };
-    };
-    const plain = await send('gpt-4o-mini');
-    const withId = await send(`model-${NATIONAL_ID}`);
-    const long = await send(`${'m'.repeat(250)}-${NATIONAL_ID}-${'x'.repeat(300)}`);
-    const notString = await send(42);
-    t.equal(plain.status, 404);
-    t.equal(long.status, 400, 'a name past 256 characters is refused');
-    t.equal(notString.status, 400);
-    await checkpointCovering(d, secret, notString.leaf + 1);
-    const work = tempDir(t);
-    t.equal(cli(['audit', 'export', '--data-dir', dataDir, '--out', work]).code, 0);
-    const text = readFileSync(join(work, 'entries.jsonl'), 'utf8');
-    const entries = text
-      .trimEnd()
-      .split('\n')
-      .map((l) => JSON.parse(l) as { model: unknown });
-    t.equal(entries[plain.leaf]!.model, 'gpt-4o-mini', 'the name it asked for');
-    t.equal(entries[withId.leaf]!.model, 'model-[NATIONAL_ID]', 'an ID in it is recorded as its placeholder');
-    t.equal(entries[long.leaf]!.model, `${'m'.repeat(250)}-[NATI`, 'a long name: its first 256 characters, scrubbed whole first');
-    t.equal(entries[notString.leaf]!.model, null, 'a model that is not a string is not recorded');
-    t.notMatch(text, NATIONAL_ID, 'the ID is nowhere in the log');
-  },
-);
+t.test('a call naming a model that does not exist records the name it asked for, with an ID in it scrubbed and cut to 256', async (t) => {
+  const dataDir = tempDir(t);
+  const { secret } = createKey(dataDir, 'acme');
+  const d = await startDaemon(t, ['--data-dir', dataDir, '--config', configFile(dataDir)]);
+  const headers = { authorization: `Bearer ${secret}`, 'content-type': 'application/json' };
+  const send = async (model: unknown) => {
+    const res = await fetch(`${d.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    await res.text();
+    return { status: res.status, leaf: Number(res.headers.get('x-audit-leaf')) };
+  };
+  const plain = await send('gpt-4o-mini');
+  const withId = await send(`model-${NATIONAL_ID}`);
+  const long = await send(`${'m'.repeat(250)}-${NATIONAL_ID}-${'x'.repeat(300)}`);
+  const notString = await send(42);
+  t.equal(plain.status, 404);
+  t.equal(long.status, 400, 'a name past 256 characters is refused');
+  t.equal(notString.status, 400);
+  await checkpointCovering(d, secret, notString.leaf + 1);
+  const work = tempDir(t);
+  t.equal(cli(['audit', 'export', '--data-dir', dataDir, '--out', work]).code, 0);
+  const text = readFileSync(join(work, 'entries.jsonl'), 'utf8');
+  const entries = text
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { model: unknown });
+  t.equal(entries[plain.leaf].model, 'gpt-4o-mini', 'the name it asked for');
+  t.equal(entries[withId.leaf].model, 'model-[NATIONAL_ID]', 'an ID in it is recorded as its placeholder');
+  t.equal(entries[long.leaf].model, `${'m'.repeat(250)}-[NATI`, 'a long name: its first 256 characters, scrubbed whole first');
+  t.equal(entries[notString.leaf].model, null, 'a model that is not a string is not recorded');
+  t.notMatch(text, NATIONAL_ID, 'the ID is nowhere in the log');
+});
 
 t.test("the verifier's code (the dashboard's in-page check) takes entries of every kind, known or not", async (t) => {
   const dir = tempDir(t);
@@ -226,7 +225,12 @@ t.test("the verifier's code (the dashboard's in-page check) takes entries of eve
   await log.settled();
   const signer = new SoftwareSigner(join(dir, 'key.pem'));
   const silent = { error() {}, warn() {}, info() {}, debug() {} } as unknown as ConstructorParameters<typeof Checkpointer>[3]['log'];
-  const checkpoints = new Checkpointer(store, log, signer, { origin: 'sovereign/test', intervalMs: 60_000, heartbeatMs: 60_000, log: silent });
+  const checkpoints = new Checkpointer(store, log, signer, {
+    origin: 'sovereign/test',
+    intervalMs: 60_000,
+    heartbeatMs: 60_000,
+    log: silent,
+  });
   await checkpoints.checkpoint();
   const { anchors } = exportAnchors(store, log, 'sovereign/test');
   const entries = Array.from({ length: log.size }, (_, i) => new Uint8Array(log.entry(i)!));
