@@ -566,6 +566,8 @@ t.test("a call's entry is written as the canonical JSON of its fields, whatever 
   const variants: Array<[string, CallRecord]> = [
     ['a plain call', base],
     ['a call that left the boundary', { ...base, leftBoundary: 'openai' }],
+    ['a streamed call, naming its start', { ...base, streamStart: 17 }],
+    ['a streamed call whose start is leaf 0, that left the boundary', { ...base, streamStart: 0, leftBoundary: 'openai' }],
     ['no model, no redactions, an error status', { ...base, model: null, redactions: null, answerRedactions: null, status: 503 }],
     // Quotes, backslashes, control characters, Arabic, a lone surrogate: each must be escaped as JSON.stringify does.
     ['strings that need escaping', { ...base, route: '/v1/"x"\\\n\u0001', model: 'نموذج\ud800', projectId: 'p\u2028q' }],
@@ -574,7 +576,7 @@ t.test("a call's entry is written as the canonical JSON of its fields, whatever 
     const time = '2026-11-23T03:00:00.123Z';
     const expected = canonicalJson({
       kind: 'call',
-      v: 2,
+      v: 3,
       time,
       request_id: call.requestId,
       key: call.keyId,
@@ -589,6 +591,7 @@ t.test("a call's entry is written as the canonical JSON of its fields, whatever 
       request_sha256: call.requestSha256,
       response_sha256: call.responseSha256,
       left_boundary: call.leftBoundary ?? undefined,
+      stream_start: call.streamStart ?? undefined,
     });
     t.equal(callEntryJson(call, time, 'sa-riyadh-1'), expected, name);
   }

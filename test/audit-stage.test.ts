@@ -1,6 +1,6 @@
 // The audit stage when the log cannot record (SPEC "Audit"): no response goes out unlogged. A buffered call is
-// answered 503 audit_unavailable instead of its result; a streamed one, whose content has already gone out, ends
-// with an error event saying so. The log is made to refuse by closing it under the running app.
+// answered 503 audit_unavailable instead of its result, and so is a stream whose start cannot be recorded; a stream
+// whose content has already gone out when its end cannot be recorded ends with an error event saying so. The log is made to refuse by closing it under the running app.
 import t from 'tap';
 import type { ChatEngine } from '../daemon/engines/index.js';
 import { startStandInApp } from './helpers/app.js';
@@ -42,12 +42,47 @@ t.test('a call the audit log cannot record gets 503 audit_unavailable, never its
   t.match(JSON.parse(body), { error: { code: 'audit_unavailable', type: String, message: /audit log could not record/ } });
 });
 
-t.test('a streamed call the log cannot record ends with an audit_unavailable event before [DONE]', async (t) => {
+t.test('a stream whose start the log cannot record is refused with 503 audit_unavailable: not a byte of it leaves', async (t) => {
   const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: speaker } }, {}, {}, true);
   await audit!.log.close();
   const res = await call(baseURL, secret, true);
-  t.equal(res.status, 200, 'the stream had started before the entry was due');
-  const text = await res.text();
+  t.equal(res.status, 503);
+  t.equal(res.headers.get('retry-after'), '5');
+  t.equal(res.headers.get('x-audit-leaf'), null, 'no leaf to name');
+  const body = await res.text();
+  t.notMatch(body, ANSWER, 'nothing of the answer');
+  t.notMatch(body, /^data:/m, 'no event');
+  t.match(JSON.parse(body), { error: { code: 'audit_unavailable', message: /audit log could not record/ } });
+});
+
+t.test('a stream whose end the log cannot record ends with an audit_unavailable event before [DONE]', async (t) => {
+  let release = () => {};
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const waiting: ChatEngine = {
+    async chat(_model, _req, { onText, onUsage }) {
+      onText('first ');
+      await released;
+      onText(ANSWER);
+      const usage = { promptTokens: 1, completionTokens: 2 };
+      onUsage?.(usage);
+      return { content: `first ${ANSWER}`, toolCalls: [], finishReason: 'stop', usage };
+    },
+  };
+  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: waiting } }, {}, {}, true);
+  const res = await call(baseURL, secret, true);
+  t.equal(res.status, 200, 'the start was recorded: the stream began');
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  // The role chunk: the stream is under way (the answer's text may be held back a little by answer scrubbing).
+  while (!text.includes('"role":"assistant"')) {
+    const r = await reader.read();
+    if (r.done) break;
+    text += decoder.decode(r.value);
+  }
+  await audit!.log.close();
+  release();
+  for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value);
   t.notMatch(text, /x-audit-leaf/, 'no leaf is named');
   const events = text
     .split('\n\n')

@@ -91,7 +91,8 @@ t.test('calls get leaves; receipts, anchors and exports verify offline and with 
   t.equal(receipt.status, 200);
   t.match(receipt.json.entry, {
     kind: 'call',
-    v: 2,
+    v: 3,
+    model: 'no-such-model',
     method: 'POST',
     route: '/v1/chat/completions',
     status: 404,

@@ -36,6 +36,8 @@ export interface CallRecord {
   responseSha256: string;
   /** The frontier provider the call was sent to, if it was: the entry then says the call left the boundary. */
   leftBoundary?: string | null;
+  /** A streamed call's `stream.start` entry (its leaf): the end entry names it, so a start without an end stands out. */
+  streamStart?: number | null;
 }
 
 export interface AuditHealth {
@@ -65,7 +67,9 @@ const own = (s: string) => `"${s}"`;
  * `v` 1 and no `kind`: they are calls. docs/audit.md shows one example of each kind.
  */
 export const ENTRY_KINDS = {
-  call: 2,
+  // v 3: a streamed call names its start entry (`stream_start`).
+  call: 3,
+  'stream.start': 1,
 } as const;
 
 export type EntryKind = keyof typeof ENTRY_KINDS;
@@ -93,6 +97,8 @@ export function callEntryJson(call: CallRecord, time: string, region: string): s
     `,"project":${str(call.projectId)},"redactions":${countsJson(call.redactions)},"region":${str(region)}` +
     `,"request_id":${own(call.requestId)},"request_sha256":${own(call.requestSha256)}` +
     `,"response_sha256":${own(call.responseSha256)},"route":${str(call.route)},"status":${call.status}` +
+    // Only on streamed calls, like left_boundary: a leaf index is an integer.
+    (typeof call.streamStart === 'number' ? `,"stream_start":${call.streamStart}` : '') +
     `,"time":${own(time)},"v":${ENTRY_KINDS.call}}`
   );
 }
@@ -109,6 +115,13 @@ export function tpmOptions(config: Config): TpmOptions {
 export function originOf(config: Config): string {
   return config.audit.origin ?? `sovereign/${config.region}`;
 }
+
+/**
+ * What to do when the TPM holds no usable signing key: said by health, by a receipt that cannot exist, and by the
+ * dashboard. The names are the CLI's command and the configuration's environment variable.
+ */
+export const SIGNER_NOT_PROVISIONED =
+  'The audit signer is not provisioned: run `sovereign audit init-tpm` on the appliance (it makes the signing key in the TPM), or, on a development machine without a TPM, set SOVEREIGN_AUDIT_SIGNER=software (audit.signer "software"); then restart the daemon';
 
 /** How often a log stopped by a failed write tries to start again. */
 const RECOVERY_MS = 2_000;
@@ -150,6 +163,7 @@ export class AuditService {
       signer = config.audit.signer === 'software' ? new SoftwareSigner(softwareKeyFile(config)) : await TpmSigner.open(tpmOptions(config));
     } catch (err) {
       problem = `audit checkpoints cannot be signed: ${(err as Error).message}`;
+      if (config.audit.signer === 'tpm') problem += `. ${SIGNER_NOT_PROVISIONED}`;
       if (config.posture !== 'device') throw new Error(problem);
       log.warn(problem);
     }
@@ -169,12 +183,13 @@ export class AuditService {
 
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */
   record(call: CallRecord): Promise<number> {
-    return this.log.appendCanonical(callEntryJson(call, isoTime(), this.region));
+    return this.log.appendCanonical(callEntryJson(call, isoTime(), this.region), call.requestId);
   }
 
   /** Appends an entry of `kind` (not a call's); resolves with its leaf index once it is on disk. */
   append(kind: EntryKind, fields: EntryFields): Promise<number> {
-    return this.log.appendCanonical(entryJson(kind, fields, isoTime(), this.region));
+    const requestId = typeof fields.request_id === 'string' ? fields.request_id : null;
+    return this.log.appendCanonical(entryJson(kind, fields, isoTime(), this.region), requestId);
   }
 
   get originName(): string {

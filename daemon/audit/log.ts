@@ -12,6 +12,7 @@ import { AcknowledgedEntries } from './acknowledged.js';
 import { canonicalJson, type Canonical } from './canonical.js';
 import { AuditJournal, JOURNAL_DIRS_FILE, readJournalDirs, writeJournalDirs, type JournalRecord } from './journal.js';
 import { consistencyProof, inclusionProof, leafHash, nodeHash, treeHead, type Hash, type SubtreeHash } from './merkle.js';
+import { RequestIndex, requestIdNeedle } from './request-index.js';
 
 /** Subtree keys: level × 2^40 + index (a log of up to a trillion entries, keys exact in a double). */
 const LEVEL_STRIDE = 2 ** 40;
@@ -49,6 +50,8 @@ function ownBytes(json: string): Buffer {
 interface Unwritten {
   index: number;
   bytes: Buffer;
+  /** The request id the entry names, for the index by request id (null: it names none). */
+  requestId: string | null;
   /** Subtrees the entry completes: [key, hash]. */
   nodes: Array<[number, Hash]>;
 }
@@ -94,6 +97,8 @@ export class AuditLog {
   private failure: Error | null = null;
   /** Entries acknowledged (in the journal) that lmdb does not hold readable yet. */
   private readonly acknowledged = new AcknowledgedEntries();
+  /** Request id → newest leaf, for leaves below `committed`; the ones above are searched in memory. */
+  private readonly requestIndex: RequestIndex;
 
   constructor(
     private readonly store: Store,
@@ -101,6 +106,7 @@ export class AuditLog {
   ) {
     this.entries = store.bytes('audit-entries');
     this.nodes = store.bytes('audit-nodes');
+    this.requestIndex = new RequestIndex(store);
     this.assigned = this.durable = this.journaled = this.committed = this.load();
   }
 
@@ -145,6 +151,9 @@ export class AuditLog {
     }
     const size = this.repairTail();
     if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
+    // What lmdb lost and the journal put back (or a log older than the index) is indexed before any append. Only by the
+    // daemon (the journal's writer): a tool that reads the log while it runs must not write to it.
+    if (options.journalDir) this.requestIndex.catchUp(size, (leaf) => this.entries.get(leaf));
     this.acknowledged.dropBelow(size);
     this.pending.fill(undefined);
     for (let level = 0; 2 ** level <= size; level++) {
@@ -249,8 +258,11 @@ export class AuditLog {
     return this.appendCanonical(canonicalJson(entry));
   }
 
-  /** append() for an entry its caller has already written as canonical JSON (the daemon's call entries). */
-  appendCanonical(json: string): Promise<number> {
+  /**
+   * append() for an entry its caller has already written as canonical JSON (the daemon's call entries). `requestId`
+   * is the request id the entry names, if any: it is indexed with the entry's lmdb batch (findRequest).
+   */
+  appendCanonical(json: string, requestId: string | null = null): Promise<number> {
     if (this.failure) {
       return Promise.reject(
         new Error(`the audit log stopped after a failed write (${this.failure.message}); it starts again once the disk takes writes`),
@@ -269,7 +281,7 @@ export class AuditLog {
       nodes.push([level * LEVEL_STRIDE + (i - 1) / 2, hash]);
     }
     this.pending[level] = hash;
-    this.unwritten.push({ index, bytes, nodes });
+    this.unwritten.push({ index, bytes, requestId, nodes });
     if (!this.journal) {
       this.writeBatch();
       return this.lmdbTail
@@ -310,10 +322,14 @@ export class AuditLog {
     let committed: Promise<unknown>;
     try {
       const writes: Array<Promise<boolean>> = [];
-      for (const { index, bytes, nodes } of batch) {
+      const ids: Array<[string, number]> = [];
+      for (const { index, bytes, requestId, nodes } of batch) {
         writes.push(this.entries.put(index, bytes));
         for (const [key, hash] of nodes) writes.push(this.nodes.put(key, hash));
+        if (requestId !== null) ids.push([requestId, index]);
       }
+      // In the same lmdb commit as the entries (puts of one turn commit together): the index never runs ahead of them.
+      writes.push(...this.requestIndex.put(ids, batch[batch.length - 1]!.index + 1));
       committed = Promise.all(writes);
     } catch (err) {
       // This runs from a timer and from the journal's rotation: a throw must stop the log, not escape.
@@ -409,6 +425,23 @@ export class AuditLog {
         this.nodes.removeSync(key);
     }
     return size;
+  }
+
+  /**
+   * The newest leaf whose entry names `requestId`, among those readable (acknowledged ones lmdb does not hold yet
+   * included: a client asks right after its answer); null if none. The leaves lmdb has committed are found in the
+   * index, the few after them (the batches still committing) by reading them.
+   */
+  findRequest(requestId: string): number | null {
+    const needle = requestIdNeedle(requestId);
+    const readable = this.readable;
+    for (let i = readable - 1; i >= this.committed; i--) {
+      if (this.entry(i)?.includes(needle)) return i;
+    }
+    const leaf = this.requestIndex.get(requestId);
+    // An index key for a leaf cut off after a hole (repairTail) may name another entry now.
+    if (leaf === undefined || leaf >= Math.min(readable, this.committed) || !this.entry(leaf)?.includes(needle)) return null;
+    return leaf;
   }
 
   /** The entry's canonical JSON bytes, or undefined. */

@@ -1,7 +1,7 @@
 // What the log says about itself and about one call, in the shape GET /v1/audit/anchors returns and the dashboard
 // shows: the signer and key, and a call's receipt (its entry, the checkpoint covering it, the inclusion proof).
 import { ApiError } from '../errors/index.js';
-import type { AuditService } from './index.js';
+import { SIGNER_NOT_PROVISIONED, type AuditService } from './index.js';
 
 export const proofText = (proof: Buffer[]) => proof.map((h) => h.toString('base64'));
 
@@ -26,7 +26,14 @@ export function receiptOf(audit: AuditService, leaf: number, visible: (entry: { 
   const bytes = audit.log.entry(leaf);
   const entry = bytes ? (JSON.parse(bytes.toString('utf8')) as { project?: string }) : undefined;
   if (!entry || !visible(entry)) throw new ApiError('not_found', `No audit entry ${leaf} for this key's project.`, { param: 'leaf' });
-  const covering = audit.checkpoints?.covering(leaf);
+  if (!audit.checkpoints) {
+    // Without a signer no checkpoint will ever cover it: retrying cannot help, the operator must act.
+    throw new ApiError(
+      'audit_unavailable',
+      `Entry ${leaf} is logged, but no checkpoint is signed on this device, so it has no receipt. ${audit.health().problem ?? SIGNER_NOT_PROVISIONED}.`,
+    );
+  }
+  const covering = audit.checkpoints.covering(leaf);
   if (!covering) {
     throw new ApiError('audit_unavailable', `Entry ${leaf} is not in a signed checkpoint yet. Retry in a few seconds.`, {
       headers: { 'retry-after': String(Math.ceil(checkpointMs / 1000) + 1) },
@@ -43,21 +50,10 @@ export function receiptOf(audit: AuditService, leaf: number, visible: (entry: { 
   };
 }
 
-/** Entries read per turn of the event loop while searching, so calls go on being answered meanwhile. */
-const SCAN_SLICE = 20_000;
-
 /**
- * The newest entry logged for a request id, searching back over at most `within` entries; null if none. There is
- * no index by request id (it would cost every call a second write); the search reads raw entries newest first.
+ * The leaf of the newest entry logged for a request id (a stream's end entry rather than its start), or null: one
+ * read of the index by request id (log.ts), plus the few entries still committing.
  */
-export async function findByRequestId(audit: AuditService, requestId: string, within: number): Promise<number | null> {
-  const needle = Buffer.from(`"request_id":${JSON.stringify(requestId)}`);
-  // Acknowledged entries lmdb does not hold yet are searched too: a client asks right after its answer.
-  const size = audit.log.readable;
-  const last = Math.max(0, size - within);
-  for (let i = size - 1; i >= last; i--) {
-    if (audit.log.entry(i)?.includes(needle)) return i;
-    if ((size - i) % SCAN_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-  }
-  return null;
+export function findByRequestId(audit: AuditService, requestId: string): number | null {
+  return audit.log.findRequest(requestId);
 }

@@ -1,12 +1,14 @@
 // Stage 10, audit: every authenticated call's entry is appended to the audit log and on disk before its response
-// leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response is recorded when it ends, with the
-// digest of what was sent, and names its leaf in a last SSE comment before [DONE]. If the log cannot record, the
-// call is answered 503 audit_unavailable: no response goes out unlogged. The one exception is health (an essential
-// route), which is what says why: while the log cannot record, it is answered without an entry.
+// leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response gets a start entry on disk before
+// its first byte, and is recorded when it ends, with the digest of what was sent and its start's leaf, naming its
+// own leaf in a last SSE comment before [DONE]. If the log cannot record, the call is answered 503
+// audit_unavailable: no response goes out unlogged. The one exception is health (an essential route), which is what
+// says why: while the log cannot record, it is answered without an entry.
 import { hash } from 'node:crypto';
 import { Stream } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors/index.js';
+import { ScrubSession } from '../scrub/index.js';
 import { writeFailureOf } from '../store/index.js';
 import type { PipelineDeps } from './pipeline.js';
 
@@ -19,6 +21,26 @@ function willRecord(deps: PipelineDeps, request: FastifyRequest): boolean {
   return deps.audit !== undefined && request.call.principal !== null && !request.call.audited;
 }
 
+/** The longest model name an entry records (the API refuses longer ones with a 400, which is logged too). */
+export const LOGGED_MODEL_NAME = 256;
+/** How much of a longer name is scrubbed before it is cut, so that a value cut in two is still found whole. */
+const SCRUBBED_MODEL_NAME = 4 * LOGGED_MODEL_NAME;
+
+/**
+ * The model a call's entry names: the served model's id, else the name the client sent as a string (a model that
+ * does not exist, or one refused before it was resolved). That name is client input, so it is scrubbed as a prompt
+ * is (an ID written as a model name lands in the log as its placeholder) and cut to LOGGED_MODEL_NAME characters.
+ */
+function modelOf(request: FastifyRequest): string | null {
+  if (request.call.model) return request.call.model.id;
+  const asked = (request.body as { model?: unknown } | null | undefined)?.model;
+  if (typeof asked !== 'string' || asked === '') return null;
+  return new ScrubSession().scrub(asked.slice(0, SCRUBBED_MODEL_NAME)).slice(0, LOGGED_MODEL_NAME);
+}
+
+/** The route a call's entry names: its pattern, not the path with ids in it. */
+const routeOf = (request: FastifyRequest) => request.routeOptions.url ?? request.url.split('?')[0]!;
+
 /** Appends the call's entry; null when the call is not audited (no key, or already recorded). */
 export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: number, responseSha256: string): Promise<number> | null {
   const principal = request.call.principal;
@@ -29,15 +51,39 @@ export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: 
     keyId: principal.keyId,
     projectId: principal.projectId,
     method: request.method,
-    route: request.routeOptions.url ?? request.url.split('?')[0]!,
-    model: request.call.model?.id ?? null,
+    route: routeOf(request),
+    model: modelOf(request),
     status,
     redactions: request.call.redactions,
     answerRedactions: request.call.outputRedactions,
     requestSha256: request.call.requestSha256 ?? sha256Hex(''),
     responseSha256,
     leftBoundary: request.call.leftBoundary,
+    streamStart: request.call.streamStart,
   });
+}
+
+/**
+ * Appends a stream's start entry and waits until it is on disk: called before the stream's first byte, so a stream
+ * cut off by a crash still leaves its start in the log. If it cannot be written, the stream is refused with 503
+ * audit_unavailable (thrown), as a buffered call would be: nothing leaves unlogged.
+ */
+export async function recordStreamStart(deps: PipelineDeps, request: FastifyRequest): Promise<void> {
+  const principal = request.call.principal;
+  if (!deps.audit || !principal || request.call.audited) return;
+  try {
+    request.call.streamStart = await deps.audit.append('stream.start', {
+      request_id: request.id,
+      key: principal.keyId,
+      project: principal.projectId,
+      route: routeOf(request),
+      model: modelOf(request),
+      request_sha256: request.call.requestSha256 ?? sha256Hex(''),
+    });
+  } catch (err) {
+    request.log.error({ err: (err as Error).message }, 'the audit log could not record the start of a stream');
+    throw auditUnavailable(deps.audit.log.stoppedBy);
+  }
 }
 
 /** For a stream whose content has already gone out: it cannot be withheld, but the client is told. */

@@ -36,6 +36,8 @@ export interface CallContext {
   bodyBytes: number;
   /** Set once the call's audit entry has been appended. */
   audited: boolean;
+  /** A stream's `stream.start` entry (its leaf), appended before its first byte; its end entry names it. */
+  streamStart: number | null;
   /** The error a call was cut off with before its body had arrived (its connection is closing). */
   cutOff: ApiError | null;
 }
@@ -83,6 +85,7 @@ export function newCallContext(): CallContext {
     requestSha256: null,
     bodyBytes: 0,
     audited: false,
+    streamStart: null,
     cutOff: null,
   };
 }

@@ -15,7 +15,7 @@ import { ApiError } from '../../errors/index.js';
 import { joinedParts, JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import type { PipelineDeps } from '../pipeline.js';
-import { AUDIT_FAILED_AFTER_STREAM, recordCall } from '../audit.js';
+import { AUDIT_FAILED_AFTER_STREAM, recordCall, recordStreamStart } from '../audit.js';
 import { stopOnDisconnect } from '../lifetime.js';
 import { answerMatchesSchema, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from '../answer-schema.js';
 import { chatCompletionBody } from './schemas.js';
@@ -222,6 +222,8 @@ export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void
     async (request, reply) => {
       const chatRequest = toChatRequest(request.body);
       const { engine, modelId } = engineFor(deps, request);
+      // On disk before the engine starts, so before the stream's first byte: a stream cut off leaves its start.
+      if (request.body.stream) await recordStreamStart(deps, request);
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
       const gone = stopOnDisconnect(request, reply);
