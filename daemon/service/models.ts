@@ -19,6 +19,7 @@ import {
   type ModelCatalog,
   type ModelStatus,
 } from '../models/index.js';
+import type { EntryFields } from '../audit/index.js';
 import type { Store } from '../store/index.js';
 
 export interface ModelsRuntime {
@@ -38,8 +39,11 @@ export function startModels(options: {
   catalog: ModelCatalog;
   engines: EngineRegistry;
   log: FastifyBaseLogger;
+  /** Writes an audit entry (the models served, with their verified digests; a model withdrawn and why). */
+  record?: (kind: 'boot.models' | 'model.withdrawn', fields: EntryFields) => void;
 }): ModelsRuntime {
   const { config, manifest, catalog, engines, log } = options;
+  const record = options.record ?? (() => {});
   const dir = modelsDirOf(config);
   const threads = inferenceThreads(config.models.threads);
   let statuses: ModelStatus[] = [];
@@ -103,6 +107,7 @@ export function startModels(options: {
       log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
     } catch (err) {
       catalog.update(entry.id, { readiness: 'failed', detail: `failed to load: ${(err as Error).message}` });
+      record('model.withdrawn', { model: entry.id, state: 'failed', reason: `failed to load: ${(err as Error).message}` });
       log.error({ model: entry.id, err: (err as Error).message }, 'model failed to load; withdrawn');
     }
   };
@@ -113,10 +118,11 @@ export function startModels(options: {
       { ram: hardware.ram, cores: hardware.cpu.cores, gpus: hardware.gpus.length, accelerator: hardware.accelerator, threads },
       'hardware probed',
     );
+    const verifier = new ModelVerifier(options.store);
     statuses = await assessModels({
       manifest,
       modelsDir: dir,
-      verifier: new ModelVerifier(options.store),
+      verifier,
       llama: runtime,
       hardware,
       headroomBytes: config.models.headroomBytes,
@@ -129,10 +135,20 @@ export function startModels(options: {
     for (const s of unavailable) {
       catalog.remove(s.id);
       if (s.state !== 'missing') log.warn({ model: s.id, state: s.state, reason: s.reason }, 'model not listed');
+      // A file that is there but not served is withdrawn; a file never brought is not news.
+      if (s.state !== 'missing') record('model.withdrawn', { model: s.id, state: s.state, reason: s.reason });
     }
     const available = statuses
       .filter((s) => s.state === 'available')
       .map((s) => ({ s, entry: manifest.models.find((m) => m.id === s.id)! }));
+    // The checksum each served file was verified against: the manifest's, or the one pinned when it was imported.
+    record('boot.models', {
+      models: available.map(({ s, entry }) => ({
+        model: s.id,
+        file: entry.file,
+        sha256: entry.sha256 ?? verifier.pin(entry.id)?.sha256 ?? null,
+      })),
+    });
     for (const { s, entry } of available) {
       let loading: Promise<void> | undefined;
       catalog.set({
