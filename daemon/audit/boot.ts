@@ -21,33 +21,18 @@ export function productVersion(): string {
 }
 
 /**
- * Configuration values that are secret, or may hold one, and are left out of the digest. The configuration names
- * files for its secrets (tls.key, limits.redis.passwordFile, upstreams[].apiKeyFile, the audit key) and those paths
- * are digested, never the files; the one value that may carry a secret itself is the Redis URL's user information
- * (`redis://user:password@host`), which is cut out of it before digesting.
+ * The configuration's secrets. None is a value of the configuration itself: each is a file it names (tls.key,
+ * limits.redis.passwordFile, upstreams[].apiKeyFile, and the audit signing key in the data directory), and the
+ * schema refuses credentials where a value could carry them (limits.redis.url takes no user information). So the
+ * digest covers every value, these files' paths included, and never reads the files: a changed secret leaves it as
+ * it was, any other change moves it.
  */
-export const SECRET_CONFIG_KEYS = ['limits.redis.url (its user:password part)'] as const;
+export const SECRET_FILES = ['tls.key', 'limits.redis.passwordFile', 'upstreams[].apiKeyFile', '<dataDir>/audit-signing-key.pem'] as const;
 
-function withoutSecrets(config: Config): Config {
-  const redis = config.limits.redis;
-  if (!redis) return config;
-  let url = redis.url;
-  try {
-    const parsed = new URL(url);
-    parsed.username = '';
-    parsed.password = '';
-    url = parsed.toString();
-  } catch {
-    // Not a URL the config would accept; nothing in it is read as credentials.
-    url = url.replace(/\/\/[^/@]*@/, '//');
-  }
-  return { ...config, limits: { ...config.limits, redis: { ...redis, url } } };
-}
-
-/** SHA-256 (hex) of the effective configuration as canonical JSON, with SECRET_CONFIG_KEYS left out. */
+/** SHA-256 (hex) of the effective configuration as canonical JSON (see SECRET_FILES). */
 export function configDigest(config: Config): string {
   return createHash('sha256')
-    .update(canonicalJson(withoutSecrets(config) as unknown as Canonical))
+    .update(canonicalJson(config as unknown as Canonical))
     .digest('hex');
 }
 
