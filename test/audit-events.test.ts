@@ -11,7 +11,7 @@ import t, { type Test } from 'tap';
 import { AuditLog } from '../daemon/audit/log.js';
 import { AuditOutbox, OutboxDrain } from '../daemon/audit/outbox.js';
 import { configDigest } from '../daemon/audit/boot.js';
-import { entryJson } from '../daemon/audit/index.js';
+import { entryJson, type EntryFields, type EntryKind } from '../daemon/audit/index.js';
 import { loadConfig } from '../daemon/config/index.js';
 import { openStore } from '../daemon/store/index.js';
 import { makeModelFixtures } from './fixtures/models.js';
@@ -122,7 +122,7 @@ t.test('an event logged before a crash is not logged again from the outbox', asy
   const outbox = new AuditOutbox(store);
   outbox.put('project.created', { by: ME, project: 'proj_a', name: 'a' });
   outbox.put('project.created', { by: ME, project: 'proj_b', name: 'b' });
-  const append = (kind: 'project.created', fields: Record<string, any>) => log.appendCanonical(entryJson(kind, fields, 'T', 'r'));
+  const append = (kind: EntryKind, fields: EntryFields) => log.appendCanonical(entryJson(kind, fields, 'T', 'r'));
   // The crash: the first event was taken (marked) and logged, but not deleted.
   const [first] = outbox.pending();
   outbox.mark(first!.key, { ...first!.event, from: log.readable });
