@@ -125,8 +125,8 @@ t.test('an event logged before a crash is not logged again from the outbox', asy
   const append = (kind: EntryKind, fields: EntryFields) => log.appendCanonical(entryJson(kind, fields, 'T', 'r'));
   // The crash: the first event was taken (marked) and logged, but not deleted.
   const [first] = outbox.pending();
-  outbox.mark(first!.key, { ...first!.event, from: log.readable });
-  await append('project.created', { ...first!.event.fields, at: first!.event.at, event: first!.event.id });
+  outbox.mark(first.key, { ...first.event, from: log.readable });
+  await append('project.created', { ...first.event.fields, at: first.event.at, event: first.event.id });
   const drain = new OutboxDrain(store, log, append, { warn: () => {} });
   t.equal(await drain.drain(), 1, 'only the event not yet logged is appended');
   t.same(outbox.pending(), [], 'and the outbox is empty');
@@ -245,13 +245,13 @@ t.test('actions through the CLI and the dashboard, boots and models: one export 
     { boot: 3, previous_stop: 'crash' },
   ]);
   const version = JSON.parse(readFileSync(join(resolve(import.meta.dirname, '..'), 'package.json'), 'utf8')).version;
-  t.equal(bootEntries[0]!.version, version, 'the version from package.json');
-  t.equal(bootEntries[0]!.config_sha256, bootEntries[1]!.config_sha256, 'the same configuration, the same digest');
-  t.not(bootEntries[2]!.config_sha256, bootEntries[1]!.config_sha256, 'another setting, another digest');
+  t.equal(bootEntries[0].version, version, 'the version from package.json');
+  t.equal(bootEntries[0].config_sha256, bootEntries[1].config_sha256, 'the same configuration, the same digest');
+  t.not(bootEntries[2].config_sha256, bootEntries[1].config_sha256, 'another setting, another digest');
   const firstCall = entries.findIndex((e) => e.kind === 'call');
-  t.ok(entries.indexOf(bootEntries[0]!) < firstCall, 'the boot entry comes before any call');
+  t.ok(entries.indexOf(bootEntries[0]) < firstCall, 'the boot entry comes before any call');
 
-  const served = ofKind(entries, 'boot.models')[0]!;
+  const served = ofKind(entries, 'boot.models')[0];
   const chatSha = createHash('sha256')
     .update(readFileSync(join(fixtures.modelsDir, 'tiny-chat.gguf')))
     .digest('hex');
@@ -281,7 +281,7 @@ t.test('actions through the CLI and the dashboard, boots and models: one export 
   t.match(byCli('account.password'), [{ account: member.id }]);
   t.match(byCli('account.role'), [{ account: member.id, role: 'member', was: 'admin' }]);
   t.match(byCli('model.imported'), [{ model: 'tiny-embed', sha256: imported.sha256 }]);
-  t.match(ofKind(entries, 'audit.key'), [{ by: 'daemon', signer: 'software', key_id: bootEntries[0]!.signer.key_id }]);
+  t.match(ofKind(entries, 'audit.key'), [{ by: 'daemon', signer: 'software', key_id: bootEntries[0].signer.key_id }]);
   const events = entries.filter((e) => e.event).map((e) => e.event);
   t.equal(new Set(events).size, events.length, 'no outbox event is logged twice');
 

@@ -58,11 +58,15 @@ interface EntryPage {
   entries: Array<{ leaf: number; entry: Record<string, unknown> }>;
 }
 
+const OWN_COLUMNS = new Set(['kind', 'v', 'time', 'region']);
+
 /** An entry's fields other than those shown in their own columns. */
 function details(entry: Record<string, unknown>): string {
-  const { kind: _kind, v: _v, time: _time, region: _region, ...rest } = entry;
-  return JSON.stringify(rest);
+  return JSON.stringify(Object.fromEntries(Object.entries(entry).filter(([field]) => !OWN_COLUMNS.has(field))));
 }
+
+/** An entry's kind; entries written before kinds existed are calls. */
+const kindOf = (entry: Record<string, unknown>) => (typeof entry.kind === 'string' ? entry.kind : 'call');
 
 /** The newest entries of the log, of every kind or of the one chosen. */
 function Entries() {
@@ -81,7 +85,7 @@ function Entries() {
       <ErrorNote error={error} />
       <label>
         {t('audit.kind')}{' '}
-        <select data-testid="kind-filter" value={kind} onChange={(e) => setKind((e.currentTarget as HTMLSelectElement).value)}>
+        <select data-testid="kind-filter" value={kind} onChange={(e) => setKind(e.currentTarget.value)}>
           <option value="">{t('audit.allKinds')}</option>
           {(page?.kinds ?? []).map((k) => (
             <option key={k} value={k}>
@@ -102,10 +106,10 @@ function Entries() {
           </thead>
           <tbody>
             {page.entries.map(({ leaf, entry }) => (
-              <tr key={leaf} data-kind={String(entry.kind ?? 'call')}>
+              <tr key={leaf} data-kind={kindOf(entry)}>
                 <td>{leaf}</td>
                 <td>{typeof entry.time === 'string' ? formatDate(entry.time) : ''}</td>
-                <td dir="ltr">{String(entry.kind ?? 'call')}</td>
+                <td dir="ltr">{kindOf(entry)}</td>
                 <td>
                   <code dir="ltr">{details(entry)}</code>
                 </td>
