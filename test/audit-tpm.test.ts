@@ -86,7 +86,7 @@ t.test('no TPM key: the device posture serves and logs, degraded; the appliance 
   const env = { SOVEREIGN_AUDIT_SIGNER: 'tpm', SOVEREIGN_AUDIT_TCTI: tcti };
   const d = await startDaemon(t, ['--data-dir', dataDir], env);
   const res = await fetch(`${d.baseURL}/models`, { headers: { authorization: `Bearer ${secret}` } });
-  t.equal(res.headers.get('x-audit-leaf'), '0', 'calls are still logged');
+  t.match(res.headers.get('x-audit-leaf'), /^\d+$/, 'calls are still logged');
   const health = (await (await fetch(`${d.baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } })).json()) as any;
   t.equal(health.status, 'degraded');
   t.match(health.audit, { signer: null, problem: /no signing key at 0x81000101.*sovereign audit init-tpm/ });

@@ -280,6 +280,20 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   }
   await admin.getByRole('button', { name: 'Verify this receipt' }).click();
   t.match((await admin.getByTestId('receipt-result').textContent())!, /^VERIFIED.*included in checkpoint/);
+
+  // The newest entries, filtered by kind: the boot entry, then the key the CLI created for 'ops' (logged through the
+  // outbox, by this unix user).
+  const entries = admin.getByTestId('entries');
+  await entries.locator('tbody tr').first().waitFor();
+  await admin.getByTestId('kind-filter').selectOption('boot');
+  await entries.locator('tbody tr[data-kind="boot"]').first().waitFor();
+  t.equal(await entries.locator('tbody tr:not([data-kind="boot"])').count(), 0, 'only boot entries are listed');
+  t.match((await entries.locator('tbody tr').first().textContent())!, /config_sha256/);
+  await admin.getByTestId('kind-filter').selectOption('key.created');
+  await entries.locator(`tbody tr[data-kind="key.created"]:has-text("${ops.id}")`).waitFor();
+  t.equal(await entries.locator('tbody tr:not([data-kind="key.created"])').count(), 0, 'only key.created entries are listed');
+  t.notMatch((await entries.textContent())!, /sk-sov-/, 'no secret on the page');
+  await admin.getByTestId('kind-filter').selectOption('');
   await capture(t, admin, 'audit-en');
 
   await admin.getByTestId('lang-switch').click();

@@ -4,7 +4,7 @@
 // --net, as root), so that nothing could leave this machine even if the guard failed, and they aim at documentation
 // addresses (RFC 5737) and reserved names.
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { cli, createKey, ROOT, startDaemon, tempDir } from './helpers/daemon.js';
@@ -109,6 +109,24 @@ t.test(
     const verified = cli(['audit', 'verify', '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software' });
     t.equal(verified.code, 0, verified.stdout + verified.stderr);
     t.match(verified.stdout, /VERIFIED/, 'the audit log verifies after the crash');
+
+    // The log counts the refusals per boot and destination kind: the first of each kind at once, the rest at stop.
+    const exported = tempDir(t);
+    t.equal(cli(['audit', 'export', '--data-dir', dataDir, '--out', exported]).code, 0);
+    const refusals = readFileSync(join(exported, 'entries.jsonl'), 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((e) => e.kind === 'egress.refused');
+    t.ok(
+      refusals.every((e) => e.boot === 1),
+      'all in the first boot',
+    );
+    const counted: Record<string, number> = {};
+    for (const e of refusals) counted[e.destination] = (counted[e.destination] ?? 0) + e.count;
+    t.same(counted, egress.by_destination, 'every refusal counted, by destination kind');
+    const expected = Object.values(counted).reduce((n, total) => n + (total > 1 ? 2 : 1), 0);
+    t.equal(refusals.length, expected, 'one entry for the first of each kind, one for the count of the rest');
   },
 );
 

@@ -65,7 +65,11 @@ export class Accounts {
   }
 
   /** Creates an account; the email is its sign-in name (case does not matter). */
-  async createUser(options: { email: string; password: string; role: Role; projects: string[] }): Promise<UserRecord> {
+  async createUser(
+    options: { email: string; password: string; role: Role; projects: string[] },
+    /** Writes that must commit with the account's (its audit event): run inside the same transaction. */
+    inTransaction?: (user: UserRecord) => void,
+  ): Promise<UserRecord> {
     const email = options.email.trim().toLowerCase();
     if (!EMAIL.test(email)) throw new AccountsError('invalid', 'Enter a valid email address, such as name@example.org.');
     const problem = passwordProblem(options.password);
@@ -84,6 +88,7 @@ export class Accounts {
       if (this.users.get(`email:${email}`)) return false;
       this.users.putSync(`email:${email}`, user.id);
       this.users.putSync(user.id, user);
+      inTransaction?.(user);
       return true;
     });
     if (!created) throw new AccountsError('conflict', `An account for ${email} already exists. Sign in instead.`);
@@ -108,6 +113,33 @@ export class Accounts {
 
   hasAdmin(): boolean {
     return this.listUsers().some((u) => u.role === 'admin');
+  }
+
+  /** Replaces the account's password (its hash); sessions it has go on until they end or expire. */
+  async setPassword(id: string, password: string, inTransaction?: (user: UserRecord) => void): Promise<UserRecord> {
+    const problem = passwordProblem(password);
+    if (problem) throw new AccountsError('invalid', problem);
+    const passwordHash = await hashPassword(password);
+    return this.users.transactionSync(() => {
+      const user = this.user(id);
+      if (!user) throw new AccountsError('not_found', 'No such account.');
+      const next = { ...user, passwordHash };
+      this.users.putSync(id, next);
+      inTransaction?.(next);
+      return next;
+    });
+  }
+
+  /** Makes the account an administrator (every project) or a member (its own projects). */
+  setRole(id: string, role: Role, inTransaction?: (user: UserRecord) => void): UserRecord {
+    return this.users.transactionSync(() => {
+      const user = this.user(id);
+      if (!user) throw new AccountsError('not_found', 'No such account.');
+      const next = { ...user, role };
+      this.users.putSync(id, next);
+      inTransaction?.(next);
+      return next;
+    });
   }
 
   /** Adds a project to the account; with `max`, only while the account has fewer (limits.maxProjectsPerAccount). */

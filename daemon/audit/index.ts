@@ -1,6 +1,7 @@
 // The audit trail: one entry per authenticated call in an append-only Merkle log (durable before the response
 // leaves), checkpoints signed by the TPM (or, when configured, a software key) off the request path, and the proofs
 // an operator needs to check both from another machine.
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { Config } from '../config/index.js';
@@ -70,7 +71,31 @@ export const ENTRY_KINDS = {
   // v 3: a streamed call names its start entry (`stream_start`).
   call: 3,
   'stream.start': 1,
+  // What is not a /v1 call (docs/audit.md, "Other entries"): administrative actions, starts, refusals.
+  boot: 1,
+  'boot.models': 1,
+  'project.created': 1,
+  'project.limits': 1,
+  'key.created': 1,
+  'key.rotated': 1,
+  'key.revoked': 1,
+  'key.limits': 1,
+  'key.plan': 1,
+  'account.created': 1,
+  'account.role': 1,
+  'account.password': 1,
+  'signin.refused': 1,
+  'model.imported': 1,
+  'bundle.imported': 1,
+  'model.listed': 1,
+  'model.withdrawn': 1,
+  'audit.key': 1,
+  'egress.refused': 1,
 } as const;
+
+export function isEntryKind(kind: string): kind is EntryKind {
+  return Object.hasOwn(ENTRY_KINDS, kind);
+}
 
 export type EntryKind = keyof typeof ENTRY_KINDS;
 
@@ -128,6 +153,10 @@ const RECOVERY_MS = 2_000;
 
 export class AuditService {
   private readonly recovery: NodeJS.Timeout;
+  /** Set when this start created the software signing key (the daemon logs it as an `audit.key` entry). */
+  createdKey = false;
+  /** The key ID (hex) that signed the newest checkpoint before this start, if any. */
+  previousKeyId: string | null = null;
 
   private constructor(
     readonly log: AuditLog,
@@ -159,6 +188,7 @@ export class AuditService {
     const auditLog = new AuditLog(store, { journalDir: config.audit.journalDir ?? config.dataDir, formerJournalDirs: [config.dataDir] });
     let signer: Signer | null = null;
     let problem: string | null = null;
+    const createsKey = config.audit.signer === 'software' && !existsSync(softwareKeyFile(config));
     try {
       signer = config.audit.signer === 'software' ? new SoftwareSigner(softwareKeyFile(config)) : await TpmSigner.open(tpmOptions(config));
     } catch (err) {
@@ -177,8 +207,12 @@ export class AuditService {
         })
       : null;
     if (signer?.kind === 'software') log.warn('audit checkpoints are signed by a software key (audit.signer is software), not the TPM');
+    const previousKeyId = checkpoints?.latest()?.key_id ?? null;
     checkpoints?.start();
-    return new AuditService(auditLog, checkpoints, config.region, origin, problem, log);
+    const service = new AuditService(auditLog, checkpoints, config.region, origin, problem, log);
+    service.createdKey = createsKey && signer !== null;
+    service.previousKeyId = previousKeyId;
+    return service;
   }
 
   /** Appends the call's entry; resolves with its leaf index once it is on disk. */

@@ -30,16 +30,26 @@ export async function provisionTpmKey(
   config: Config,
   replace: boolean,
   say: (line: string) => void,
-): Promise<{ publicKeyFile: string; attestationKeyFile: string; publicKeyPem: string; attestationKeyPem: string }> {
+): Promise<{
+  publicKeyFile: string;
+  attestationKeyFile: string;
+  publicKeyPem: string;
+  attestationKeyPem: string;
+  /** The key ID (hex) of the key this one replaces, if the data directory had one. */
+  replaced: string | null;
+}> {
   const keys = await TpmSigner.provision(tpmOptions(config), replace, say);
   const file = auditPublicKeyFile(config);
   const akFile = attestationKeyFile(config);
   await openStore(config.dataDir).close(); // creates the data directory with its permissions
-  if (existsSync(file))
-    renameSync(file, join(config.dataDir, `audit-public-key.${keyIdOf(readFileSync(file, 'utf8')).toString('hex')}.pem`));
+  let replaced: string | null = null;
+  if (existsSync(file)) {
+    replaced = keyIdOf(readFileSync(file, 'utf8')).toString('hex');
+    renameSync(file, join(config.dataDir, `audit-public-key.${replaced}.pem`));
+  }
   writeFileSync(file, keys.publicKeyPem);
   writeFileSync(akFile, keys.attestationKeyPem);
-  return { publicKeyFile: file, attestationKeyFile: akFile, ...keys };
+  return { publicKeyFile: file, attestationKeyFile: akFile, ...keys, replaced };
 }
 
 /** The audit key's public half if the device has one: init-tpm's file, or the software key (created here if absent). */

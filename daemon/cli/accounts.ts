@@ -2,7 +2,8 @@
 // self-serve sign-up. There is never a default password: the operator types one (or pipes it with
 // --password-stdin), and only its scrypt hash is stored.
 import { createInterface } from 'node:readline';
-import { Accounts, AccountsError, MIN_PASSWORD_LENGTH, view } from '../accounts/index.js';
+import { Accounts, AccountsError, MIN_PASSWORD_LENGTH, view, type Role } from '../accounts/index.js';
+import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { loadConfig } from '../config/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -14,7 +15,13 @@ Commands:
   create --email E [--password-stdin]
                        create an administrator of the dashboard (every project); asks for the
                        password (at least ${MIN_PASSWORD_LENGTH} characters) unless it comes on stdin
+  password --email E [--password-stdin]
+                       set the account's password (asked for unless it comes on stdin)
+  role --email E admin|member
+                       make the account an administrator (every project) or a member (its own)
   list                 list the dashboard's accounts (never passwords)
+
+Each change is recorded in the audit log as made by this unix user.
 
 ${COMMON_HELP}`;
 
@@ -49,7 +56,7 @@ export async function adminCommand(argv: string[]): Promise<number> {
     process.stdout.write(`${ADMIN_HELP}\n`);
     return values.help ? 0 : 2;
   }
-  if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
+  if (rest.length > (command === 'role' ? 1 : 0)) throw new UsageError(`unexpected argument '${rest.at(-1)}'`);
   const json = values.json === true;
   const { config } = loadConfig(configFlags(values));
   if (command === 'create') {
@@ -57,9 +64,39 @@ export async function adminCommand(argv: string[]): Promise<number> {
     const password = await readPassword(values['password-stdin'] === true);
     const store = openStore(config.dataDir);
     try {
-      const user = await new Accounts(store).createUser({ email: values.email, password, role: 'admin', projects: [] });
+      const outbox = new AuditOutbox(store);
+      const user = await new Accounts(store).createUser({ email: values.email, password, role: 'admin', projects: [] }, (u) =>
+        outbox.put('account.created', { by: cliActor(), account: u.id, role: u.role, projects: u.projects }),
+      );
       if (json) printJson(view(user));
       else process.stdout.write(`Created administrator ${user.email} (${user.id}). Sign in to the dashboard at /dashboard/.\n`);
+      return 0;
+    } catch (err) {
+      if (err instanceof AccountsError) throw new UsageError(err.message.replace(/\.$/, '').replace(/^./, (c) => c.toLowerCase()));
+      throw err;
+    } finally {
+      await store.close();
+    }
+  }
+  if (command === 'password' || command === 'role') {
+    if (typeof values.email !== 'string') throw new UsageError(`admin ${command} needs --email`);
+    const role = rest[0];
+    if (command === 'role' && role !== 'admin' && role !== 'member') throw new UsageError("admin role needs 'admin' or 'member'");
+    const password = command === 'password' ? await readPassword(values['password-stdin'] === true) : '';
+    const store = openStore(config.dataDir);
+    try {
+      const accounts = new Accounts(store);
+      const outbox = new AuditOutbox(store);
+      const found = accounts.findByEmail(values.email);
+      if (!found) throw new UsageError(`no account '${values.email}' (see 'sovereign admin list')`);
+      const user =
+        command === 'password'
+          ? await accounts.setPassword(found.id, password, (u) => outbox.put('account.password', { by: cliActor(), account: u.id }))
+          : accounts.setRole(found.id, role as Role, (u) =>
+              outbox.put('account.role', { by: cliActor(), account: u.id, role: u.role, was: found.role }),
+            );
+      if (json) printJson(view(user));
+      else process.stdout.write(command === 'password' ? `Password of ${user.email} changed.\n` : `${user.email} is now ${user.role}.\n`);
       return 0;
     } catch (err) {
       if (err instanceof AccountsError) throw new UsageError(err.message.replace(/\.$/, '').replace(/^./, (c) => c.toLowerCase()));

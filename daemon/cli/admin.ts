@@ -1,7 +1,9 @@
 // `sovereign keys …` and `sovereign projects …`: they open the same lmdb store as the daemon, which sees each change
 // on its next read, so they work while it runs.
+import type { EntryFields, EntryKind } from '../audit/index.js';
+import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { loadConfig, type Config } from '../config/index.js';
-import { KeyRegistry, type KeyView, type ProjectRecord } from '../keys/index.js';
+import { keyCreatedFields, KeyRegistry, type KeyView, type ProjectRecord } from '../keys/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError } from './args.js';
 import { printJson, printTable } from './output.js';
@@ -32,14 +34,26 @@ Commands:
 
 ${COMMON_HELP}`;
 
+/** Records an administrative action for the audit log (the change's own transaction carries it). */
+type Note = (kind: EntryKind, fields: EntryFields) => void;
+
+/**
+ * Runs `work` on the registry in one lmdb transaction with the audit events it notes (daemon/audit/outbox.ts): the
+ * running daemon, or the next one to start, logs them as made by this unix user.
+ */
 async function withRegistry<T>(
   values: Record<string, string | boolean | undefined>,
-  work: (registry: KeyRegistry, config: Config) => T,
+  work: (registry: KeyRegistry, config: Config, note: Note) => T,
 ): Promise<T> {
   const { config } = loadConfig(configFlags(values));
   const store = openStore(config.dataDir);
   try {
-    return work(new KeyRegistry(store), config);
+    const by = cliActor();
+    return new AuditOutbox(store).record(() => {
+      const events: Array<{ kind: EntryKind; fields: EntryFields }> = [];
+      const result = work(new KeyRegistry(store), config, (kind, fields) => events.push({ kind, fields: { by, ...fields } }));
+      return { result, events };
+    });
   } finally {
     await store.close();
   }
@@ -110,15 +124,17 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const project = values.project;
       const name = typeof values.name === 'string' ? values.name : undefined;
       const plan = typeof values.plan === 'string' ? values.plan : undefined;
-      const { key, secret } = await withRegistry(values, (r, config) => {
+      const { key, secret } = await withRegistry(values, (r, config, note) => {
         if (plan !== undefined) checkPlan(config, plan);
-        return r.createKey({
+        const created = r.createKey({
           project,
           ...(name ? { name } : {}),
           ...(rpm ? { rpm } : {}),
           ...(tpm ? { tpm } : {}),
           ...(plan ? { plan } : {}),
         });
+        note('key.created', keyCreatedFields(created.key));
+        return created;
       });
       printSecret(json, key, secret, 'Created');
       return 0;
@@ -138,7 +154,11 @@ export async function keysCommand(argv: string[]): Promise<number> {
           throw new UsageError(`--grace must be a whole number of seconds`);
         grace = Number(values.grace);
       }
-      const { key, secret } = await withRegistry(values, (r) => r.rotateKey(keyId, grace));
+      const { key, secret } = await withRegistry(values, (r, _config, note) => {
+        const rotated = r.rotateKey(keyId, grace);
+        note('key.rotated', { key: rotated.key.id, project: rotated.key.project, grace_seconds: grace });
+        return rotated;
+      });
       printSecret(
         json,
         key,
@@ -149,7 +169,11 @@ export async function keysCommand(argv: string[]): Promise<number> {
     }
     case 'revoke': {
       const keyId = needId();
-      const key = await withRegistry(values, (r) => r.revokeKey(keyId));
+      const key = await withRegistry(values, (r, _config, note) => {
+        const revoked = r.revokeKey(keyId);
+        note('key.revoked', { key: revoked.id, project: revoked.project });
+        return revoked;
+      });
       if (json) printJson(key);
       else process.stdout.write(`Revoked ${key.id}; it no longer authenticates.\n`);
       return 0;
@@ -159,9 +183,11 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const rpm = limitFlag('rpm', values.rpm, true);
       const tpm = limitFlag('tpm', values.tpm, true);
       if (rpm === undefined && tpm === undefined) throw new UsageError('keys limits needs --rpm and/or --tpm');
-      const key = await withRegistry(values, (r) =>
-        r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) }),
-      );
+      const key = await withRegistry(values, (r, _config, note) => {
+        const changed = r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
+        note('key.limits', { key: changed.id, project: changed.project, rpm: changed.rpm, tpm: changed.tpm });
+        return changed;
+      });
       if (json) printJson(key);
       else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
       return 0;
@@ -170,9 +196,11 @@ export async function keysCommand(argv: string[]): Promise<number> {
       const keyId = needId();
       const [plan] = rest;
       if (!plan) throw new UsageError("keys plan needs a plan name, or 'default' (see the config's 'plans')");
-      const key = await withRegistry(values, (r, config) => {
+      const key = await withRegistry(values, (r, config, note) => {
         if (plan !== 'default') checkPlan(config, plan);
-        return r.setPlan(keyId, plan === 'default' ? null : plan);
+        const changed = r.setPlan(keyId, plan === 'default' ? null : plan);
+        note('key.plan', { key: changed.id, project: changed.project, plan: changed.plan });
+        return changed;
       });
       if (json) printJson(key);
       else process.stdout.write(`${key.id}: plan ${key.plan ?? 'default'}\n`);
@@ -198,7 +226,11 @@ export async function projectsCommand(argv: string[]): Promise<number> {
   switch (command) {
     case 'create': {
       if (!name) throw new UsageError('projects create needs a NAME');
-      const project = await withRegistry(values, (r) => r.createProject(name));
+      const project = await withRegistry(values, (r, _config, note) => {
+        const created = r.createProject(name);
+        note('project.created', { project: created.id, name: created.name });
+        return created;
+      });
       if (json) printJson(project);
       else process.stdout.write(`Created project ${project.name} (${project.id}).\n`);
       return 0;
@@ -219,10 +251,11 @@ export async function projectsCommand(argv: string[]): Promise<number> {
       const rpm = limitFlag('rpm', values.rpm, true);
       const tpm = limitFlag('tpm', values.tpm, true);
       if (rpm === undefined && tpm === undefined) throw new UsageError('projects limits needs --rpm and/or --tpm');
-      const { project, config } = await withRegistry(values, (r, config) => ({
-        project: r.setProjectLimits(name, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) }),
-        config,
-      }));
+      const { project, config } = await withRegistry(values, (r, config, note) => {
+        const changed = r.setProjectLimits(name, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
+        note('project.limits', { project: changed.id, rpm: changed.rpm ?? null, tpm: changed.tpm ?? null });
+        return { project: changed, config };
+      });
       const row = projectRow(project, config);
       if (json) printJson(projectView(project));
       else process.stdout.write(`${row.name}: rpm ${row.rpm}, tpm ${row.tpm}, shared by all its keys\n`);

@@ -1,6 +1,7 @@
 // `sovereign models list|import|bundle-key|bundle|import-bundle` and `sovereign probe`: what the device has, what it
 // can serve and why not, and signed bundles to carry models onto sealed devices.
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
 import { llamaRuntime } from '../engines/llama/runtime.js';
 import { inferenceThreads, probeHardware } from '../hardware/index.js';
@@ -14,6 +15,8 @@ import {
   ModelVerifier,
   writeBundle,
 } from '../models/index.js';
+import { AuditOutbox, cliActor } from '../audit/outbox.js';
+import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
 import { BUILT_IN_ENGINES } from '../service/models.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -133,6 +136,7 @@ export async function modelsCommand(argv: string[]): Promise<number> {
         verifier,
         onProgress: (id) => progress(json, `importing ${id}`),
       });
+      new AuditOutbox(store).put('bundle.imported', { by: cliActor(), ...bundleImportedFields(result, resolve(file)) });
       if (json) printJson(result);
       else
         process.stdout.write(
@@ -152,6 +156,7 @@ export async function modelsCommand(argv: string[]): Promise<number> {
         verifier,
         onProgress: progress(json, `importing ${file}`),
       });
+      new AuditOutbox(store).put('model.imported', { by: cliActor(), ...modelImportedFields(result) });
       if (json) printJson(result);
       else
         process.stdout.write(

@@ -16,13 +16,15 @@ import {
   type SessionRecord,
   type UserRecord,
 } from '../accounts/index.js';
-import type { AuditService } from '../audit/index.js';
+import { ENTRY_KINDS, isEntryKind, type AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
+import { Tally } from '../audit/tally.js';
 import { exportAnchors } from '../audit/export.js';
 import { describeLog, findByRequestId, receiptOf } from '../audit/receipts.js';
+import { entriesOfKind } from '../audit/kinds.js';
 import { isSovereign, usesTls, type Config } from '../config/index.js';
 import { ApiError } from '../errors/index.js';
 import { healthReport } from '../health/index.js';
-import { KeysError, type KeyView } from '../keys/index.js';
+import { keyCreatedFields, KeysError, type KeyView } from '../keys/index.js';
 import { Gcra, planLimits } from '../limits/index.js';
 import { OFFLOAD_FROM, SCRUB_BODY, ScrubSession, scrubOffLoop } from '../scrub/index.js';
 import type { PipelineDeps } from '../http/pipeline.js';
@@ -38,6 +40,10 @@ export const LOGIN_LIMITS = { perAddress: 20, perAccount: 5 };
 /** Audit lookups by request id per minute and account (each is one index read; the limit keeps ids from being probed). */
 const LOOKUPS_PER_MINUTE = 10;
 const SWEEP_MS = 10 * 60_000;
+/** Refused sign-ins of an account after its first are logged as one count per window (and at stop). */
+export const SIGNIN_WINDOW_MS = 5 * 60_000;
+/** Entries the audit page's kind filter reads back over, newest first, per page. */
+const ENTRIES_WITHIN = 1_000_000;
 /** Host names a browser uses for the device posture's loopback address; any other name is DNS rebinding. */
 const LOOPBACK_HOST = /^(127\.0\.0\.1|\[::1\]|localhost)(:\d+)?$/i;
 
@@ -85,10 +91,45 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
     serializeCookie(name, value, { secure, httpOnly, maxAge });
   const lookups = new Gcra();
 
+  // Who did what, logged before the answer (as a call's entry is); a log that takes no entry refuses the change.
+  function auditWritable(): void {
+    const stopped = deps.audit?.log.stoppedBy;
+    if (stopped) {
+      throw new ApiError('audit_unavailable', 'The audit log cannot record changes now (see /v1/health); nothing was changed.', {
+        headers: { 'retry-after': '5' },
+      });
+    }
+  }
+  async function audited(by: EntryFields['by'], kind: EntryKind, fields: EntryFields): Promise<void> {
+    if (!deps.audit) return;
+    try {
+      await deps.audit.append(kind, { by, ...fields });
+    } catch (err) {
+      app.log.error({ kind, err: (err as Error).message }, 'an administrative action could not be logged');
+      throw new ApiError('audit_unavailable', 'The change was made, but the audit log could not record it; see /v1/health.', {
+        headers: { 'retry-after': '5' },
+      });
+    }
+  }
+  const asUser = (user: UserRecord) => ({ account: user.id });
+  const signins = new Tally({
+    append: (fields) => deps.audit?.append('signin.refused', fields).catch(() => {}) ?? Promise.resolve(),
+    windowMs: SIGNIN_WINDOW_MS,
+    forgetIdle: true,
+  });
+  /** A refused sign-in, counted per account (its public id; an unknown email is counted as `null`, never named). */
+  function refusedSignIn(email: string, reason: 'password' | 'rate_limited'): void {
+    const account = accounts.findByEmail(email)?.id ?? null;
+    signins.note(`${account ?? ''}:${reason}`, { account, reason });
+  }
+  app.addHook('onClose', async () => {
+    await signins.close();
+  });
+
   // Expired sessions go, and with them their chat keys.
   const sweep = () => {
     try {
-      for (const session of accounts.sweepSessions()) endChatKey(session);
+      for (const session of accounts.sweepSessions()) void endChatKey(session, 'daemon');
     } catch (err) {
       app.log.error({ err: (err as Error).message }, 'expired dashboard sessions could not be removed; retrying later');
     }
@@ -132,7 +173,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
   /** Ends the session the browser had, if any (with its chat key), and starts a new one. */
   async function beginSession(request: FastifyRequest, reply: FastifyReply, userId: string): Promise<void> {
-    if (request.dashboard) endChatKey(accounts.endSession(request.dashboard.token));
+    if (request.dashboard) await endChatKey(accounts.endSession(request.dashboard.token), asUser(request.dashboard.user));
     const started = await accounts.startSession(userId);
     const maxAge = SESSION_HOURS * 3600;
     reply.header('set-cookie', [
@@ -158,13 +199,16 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
     }
   }
 
-  function endChatKey(session: SessionRecord | undefined): void {
+  /** Revokes a session's chat key: at sign-out (by its account) or when the session expired (by the daemon). */
+  async function endChatKey(session: SessionRecord | undefined, by: EntryFields['by']): Promise<void> {
     if (!session?.chatKeyId) return;
+    let revoked: KeyView;
     try {
-      keys.revokeKey(session.chatKeyId);
+      revoked = keys.revokeKey(session.chatKeyId);
     } catch {
-      // Already gone.
+      return; // Already gone.
     }
+    await audited(by, 'key.revoked', { key: revoked.id, project: revoked.project, chat_app: true }).catch(() => {});
   }
 
   void app.register(
@@ -233,6 +277,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             );
           }
           admit(logins, `signup:${request.ip}`, LOGIN_LIMITS.perAddress, 'Too many sign-ups from your address.');
+          auditWritable();
           const { email, password, project } = request.body;
           if (accounts.findByEmail(email)) throw new ApiError('conflict', 'An account for this email already exists. Sign in instead.');
           let projectId: string;
@@ -248,7 +293,9 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             keys.removeProject(projectId);
             fromAccounts(err);
           }
-          keys.setProjectOwner(projectId, user.id);
+          const owned = keys.setProjectOwner(projectId, user.id);
+          await audited(asUser(user), 'account.created', { account: user.id, role: user.role, projects: user.projects });
+          await audited(asUser(user), 'project.created', { project: owned.id, name: owned.name });
           await beginSession(request, reply, user.id);
           request.log.info({ user: user.id, project: projectId }, 'dashboard account created');
           return reply.code(201).send({ user: view(user) });
@@ -269,10 +316,16 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         },
         async (request, reply) => {
           const email = request.body.email.trim().toLowerCase();
-          admit(logins, `ip:${request.ip}`, LOGIN_LIMITS.perAddress, 'Too many sign-in attempts.');
-          admit(logins, `email:${email}`, LOGIN_LIMITS.perAccount, 'Too many sign-in attempts.');
+          try {
+            admit(logins, `ip:${request.ip}`, LOGIN_LIMITS.perAddress, 'Too many sign-in attempts.');
+            admit(logins, `email:${email}`, LOGIN_LIMITS.perAccount, 'Too many sign-in attempts.');
+          } catch (err) {
+            refusedSignIn(email, 'rate_limited');
+            throw err;
+          }
           const user = await accounts.checkPassword(email, request.body.password);
           if (!user) {
+            refusedSignIn(email, 'password');
             request.log.info('dashboard sign-in refused');
             throw new ApiError('invalid_credentials', 'The email or the password is wrong.');
           }
@@ -284,7 +337,7 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
 
       api.post('/logout', async (request, reply) => {
         const signed = signedIn(request);
-        endChatKey(accounts.endSession(signed.token));
+        await endChatKey(accounts.endSession(signed.token), asUser(signed.user));
         reply.header('set-cookie', [cookie(names.session, '', 0, true), cookie(names.csrf, '', 0, false)]);
         return { signedOut: true };
       });
@@ -310,6 +363,8 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const { user } = signedIn(request);
           const max = config.limits.maxProjectsPerAccount;
           if (user.role !== 'admin' && user.projects.length >= max) fromAccounts(projectCap(max));
+          auditWritable();
+          let created;
           try {
             // A member's projects share the account's in-flight places; an administrator's are not the account's.
             const project = keys.createProject(request.body.name, user.role === 'admin' ? undefined : user.id);
@@ -322,10 +377,12 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
                 throw err;
               }
             }
-            return reply.code(201).send(project);
+            created = project;
           } catch (err) {
             fromAccounts(err);
           }
+          await audited(asUser(user), 'project.created', { project: created.id, name: created.name });
+          return reply.code(201).send(created);
         },
       );
 
@@ -354,19 +411,22 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const project = projectFor(user, request.body.project);
           const { name, rpm, tpm } = request.body;
           checkLimits(user, rpm, tpm, null);
+          auditWritable();
+          let created: { key: KeyView; secret: string };
           try {
-            const created = keys.createKey({
+            created = keys.createKey({
               project,
               ...(name ? { name } : {}),
               ...(rpm ? { rpm } : {}),
               ...(tpm ? { tpm } : {}),
               ...keyCap(user),
             });
-            request.log.info({ key: created.key.id, user: user.id }, 'key created in the dashboard');
-            return reply.code(201).send(created);
           } catch (err) {
             fromAccounts(err);
           }
+          request.log.info({ key: created.key.id, user: user.id }, 'key created in the dashboard');
+          await audited(asUser(user), 'key.created', keyCreatedFields(created.key));
+          return reply.code(201).send(created);
         },
       );
 
@@ -384,26 +444,33 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         async (request) => {
           const { user } = signedIn(request);
           keyFor(user, request.params.id);
+          auditWritable();
+          const grace = request.body?.graceSeconds ?? 0;
+          let rotated: { key: KeyView; secret: string };
           try {
-            const rotated = keys.rotateKey(request.params.id, request.body?.graceSeconds ?? 0);
-            request.log.info({ key: rotated.key.id, user: user.id }, 'key rotated in the dashboard');
-            return rotated;
+            rotated = keys.rotateKey(request.params.id, grace);
           } catch (err) {
             fromAccounts(err);
           }
+          request.log.info({ key: rotated.key.id, user: user.id }, 'key rotated in the dashboard');
+          await audited(asUser(user), 'key.rotated', { key: rotated.key.id, project: rotated.key.project, grace_seconds: grace });
+          return rotated;
         },
       );
 
       api.post<{ Params: { id: string } }>('/keys/:id/revoke', async (request) => {
         const { user } = signedIn(request);
         keyFor(user, request.params.id);
+        auditWritable();
+        let revoked: KeyView;
         try {
-          const revoked = keys.revokeKey(request.params.id);
-          request.log.info({ key: revoked.id, user: user.id }, 'key revoked in the dashboard');
-          return revoked;
+          revoked = keys.revokeKey(request.params.id);
         } catch (err) {
           fromAccounts(err);
         }
+        request.log.info({ key: revoked.id, user: user.id }, 'key revoked in the dashboard');
+        await audited(asUser(user), 'key.revoked', { key: revoked.id, project: revoked.project });
+        return revoked;
       });
 
       api.post<{ Params: { id: string }; Body: { rpm: number | null; tpm: number | null } }>(
@@ -422,11 +489,15 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           const { user } = signedIn(request);
           const key = keyFor(user, request.params.id);
           checkLimits(user, request.body.rpm, request.body.tpm, key.plan);
+          auditWritable();
+          let changed: KeyView;
           try {
-            return keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
+            changed = keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
           } catch (err) {
             fromAccounts(err);
           }
+          await audited(asUser(user), 'key.limits', { key: changed.id, project: changed.project, rpm: changed.rpm, tpm: changed.tpm });
+          return changed;
         },
       );
 
@@ -496,6 +567,29 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
         );
       });
 
+      // The newest entries, of one kind or all (administrators: the log holds every project's calls and every
+      // administrative action). Searches back over at most ENTRIES_WITHIN entries from `before`.
+      api.get<{ Querystring: { kind?: string; before?: string; limit?: string } }>('/audit/entries', async (request) => {
+        adminOnly(signedIn(request).user);
+        const log = auditOf().log;
+        const { kind } = request.query;
+        if (kind !== undefined && kind !== '' && !isEntryKind(kind)) {
+          throw new ApiError('invalid_request_error', `No entry kind '${kind}'; the kinds are ${Object.keys(ENTRY_KINDS).join(', ')}.`, {
+            param: 'kind',
+          });
+        }
+        const limit = Number(request.query.limit ?? 50);
+        const before = Number(request.query.before ?? log.readable);
+        if (!Number.isSafeInteger(limit) || limit < 1 || limit > 200) {
+          throw new ApiError('invalid_request_error', 'limit must be a whole number from 1 to 200.', { param: 'limit' });
+        }
+        if (!Number.isSafeInteger(before) || before < 0) {
+          throw new ApiError('invalid_request_error', 'before must be a leaf index.', { param: 'before' });
+        }
+        const found = await entriesOfKind(auditOf(), kind || null, Math.min(before, log.readable), limit, ENTRIES_WITHIN);
+        return { kinds: Object.keys(ENTRY_KINDS), ...found };
+      });
+
       // One call's receipt, found by its X-Request-Id; only for calls of the projects this account manages.
       api.get<{ Querystring: { request_id?: string } }>('/audit/lookup', async (request) => {
         const { user } = signedIn(request);
@@ -542,13 +636,22 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
             );
           }
           const project = projectFor(user, asked);
+          auditWritable();
           if (session.chatKeyId) {
+            let current: KeyView | null = null;
             try {
-              const current = keys.getKey(session.chatKeyId);
-              if (current.status === 'active' && current.project === project) return { secret: keys.rotateKey(current.id).secret };
-              keys.revokeKey(current.id);
+              current = keys.getKey(session.chatKeyId);
             } catch {
               // Already removed: a new one below.
+            }
+            if (current?.status === 'active' && current.project === project) {
+              const rotated = keys.rotateKey(current.id);
+              await audited(asUser(user), 'key.rotated', { key: current.id, project, grace_seconds: 0, chat_app: true });
+              return { secret: rotated.secret };
+            }
+            if (current?.status === 'active') {
+              keys.revokeKey(current.id);
+              await audited(asUser(user), 'key.revoked', { key: current.id, project: current.project, chat_app: true });
             }
           }
           // The chat app's keys count among the project's: sessions are many, and each would bring one more.
@@ -558,9 +661,11 @@ export function registerDashboardApi(app: FastifyInstance, deps: DashboardDeps):
           } catch (err) {
             fromAccounts(err);
           }
+          await audited(asUser(user), 'key.created', keyCreatedFields(created.key, { chat_app: true }));
           if (!accounts.setChatKey(signed.token, created.key.id)) {
             // The session ended while the key was made: it must not outlive it.
             keys.revokeKey(created.key.id);
+            await audited(asUser(user), 'key.revoked', { key: created.key.id, project, chat_app: true });
             throw new ApiError('not_signed_in', 'Sign in to the dashboard first (your session may have expired).');
           }
           return { secret: created.secret };

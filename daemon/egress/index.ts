@@ -82,6 +82,8 @@ export class EgressService {
     private readonly config: Config,
     store: Store,
     private readonly log: EgressLog,
+    /** Told of every refusal too (the audit log counts them). */
+    private readonly onRefused: (attempt: RefusedAttempt) => void = () => {},
   ) {
     this.counter = isSealed(config.posture) ? new EgressCounter(store) : null;
   }
@@ -99,6 +101,7 @@ export class EgressService {
       programAllowed: programAllowed(this.config),
       onRefused: (attempt: RefusedAttempt) => {
         counter.record(attempt);
+        this.onRefused(attempt);
         this.log.warn({ channel: attempt.channel, kind: attempt.kind, destination: attempt.destination }, 'egress refused');
       },
     });

@@ -9,7 +9,10 @@ import { hostname as osHostname, networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 import { isIP } from 'node:net';
 import { execa } from 'execa';
+import { keyIdOf, type EntryFields } from '../audit/index.js';
+import { AuditOutbox } from '../audit/outbox.js';
 import { currentAuditPublicKey, provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
+import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
 import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
 import { BUNDLE_FILE, importBundle, importModel, ModelVerifier, type Manifest } from '../models/index.js';
 import { openStore } from '../store/index.js';
@@ -78,10 +81,17 @@ export async function firstBoot(options: FirstBootOptions): Promise<FirstBootRep
     if (config.audit.signer === 'software') {
       const pem = currentAuditPublicKey(config, true)!;
       auditKey = { publicKeyPem: pem, fingerprint: spkiFingerprint(pem) };
+      await recordKey(config, { by: 'firstboot', signer: 'software', key_id: keyIdOf(pem).toString('hex'), replaced: null });
       return ['done', 'software signing key created (audit.signer is software: the key is a file, not in a TPM)'];
     }
     const keys = await provisionTpmKey(config, false, () => {});
     auditKey = { publicKeyPem: keys.publicKeyPem, fingerprint: spkiFingerprint(keys.publicKeyPem) };
+    await recordKey(config, {
+      by: 'firstboot',
+      signer: 'tpm',
+      key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
+      replaced: keys.replaced,
+    });
     return ['done', `signing key created in the TPM at ${config.audit.keyHandle} (${config.audit.tcti})`];
   });
 
@@ -116,6 +126,16 @@ export async function firstBoot(options: FirstBootOptions): Promise<FirstBootRep
   return report;
 }
 
+/** Puts an `audit.key` event in the outbox: the daemon logs it at its next start. */
+async function recordKey(config: Config, fields: EntryFields): Promise<void> {
+  const store = openStore(config.dataDir);
+  try {
+    new AuditOutbox(store).put('audit.key', fields);
+  } finally {
+    await store.close();
+  }
+}
+
 /** Imports every signed bundle and every pinned model file found in the sources. */
 async function importFromSources(options: FirstBootOptions): Promise<[StepReport['outcome'], string]> {
   const { config, manifest, say } = options;
@@ -129,11 +149,14 @@ async function importFromSources(options: FirstBootOptions): Promise<[StepReport
   const store = openStore(config.dataDir);
   try {
     const verifier = new ModelVerifier(store);
+    const outbox = new AuditOutbox(store);
     for (const source of options.sources.filter((s) => existsSync(s) && statSync(s).isDirectory())) {
       const bundles = [source, ...subdirectories(source)].filter((d) => existsSync(join(d, BUNDLE_FILE)));
       for (const dir of bundles) {
         say(`models    checking the bundle in ${dir}`);
         const result = await importBundle({ dir, trustedPems, manifest, modelsDir, verifier, onProgress: progress });
+        if (result.models.some((m) => m.outcome === 'imported'))
+          outbox.put('bundle.imported', { by: 'firstboot', ...bundleImportedFields(result, dir) });
         for (const m of result.models) done.push(`${m.id} (${m.outcome === 'present' ? 'already present' : `imported from ${dir}`})`);
       }
       if (bundles.includes(source)) continue;
@@ -150,7 +173,15 @@ async function importFromSources(options: FirstBootOptions): Promise<[StepReport
           continue;
         }
         say(`models    importing ${entry.id} from ${source}`);
-        await importModel({ source: join(source, name), id: entry.id, manifest, modelsDir, verifier, onProgress: progress(entry.id) });
+        const imported = await importModel({
+          source: join(source, name),
+          id: entry.id,
+          manifest,
+          modelsDir,
+          verifier,
+          onProgress: progress(entry.id),
+        });
+        outbox.put('model.imported', { by: 'firstboot', ...modelImportedFields(imported) });
         done.push(`${entry.id} (imported from ${source})`);
       }
     }

@@ -3,8 +3,10 @@
 import type { Availability } from './inventory.js';
 
 export type ModelEvent =
-  /** Verified and listed: at boot, or later when its file arrived (`when: 'rescan'`). */
-  | { type: 'model.listed'; id: string; file: string; sha256: string | null; when: 'boot' | 'rescan' }
+  /** What the boot's checks listed, each with the checksum its file was verified against (possibly none). */
+  | { type: 'models.served'; models: Array<{ id: string; file: string; sha256: string | null }> }
+  /** Verified and listed after the boot, when its file arrived. */
+  | { type: 'model.listed'; id: string; file: string; sha256: string | null }
   /** Present but not listed, and why (checksum, header, fit…). Absent files are not reported. */
   | { type: 'model.not_listed'; id: string; state: Availability; reason: string; when: 'boot' | 'rescan' }
   /** Listed, then failed to load: withdrawn from /v1/models. */

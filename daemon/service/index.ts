@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
 import { EngineRegistry } from '../engines/index.js';
-import { AuditService } from '../audit/index.js';
+import { AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';
 import { buildApp, stopSchemaChecks, type DaemonState, type PipelineDeps } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
@@ -17,6 +17,7 @@ import { loadManifest, ModelCatalog } from '../models/index.js';
 import { scannerKind, stopScrubWorker } from '../scrub/index.js';
 import { absorbCommitFailures, openStore } from '../store/index.js';
 import { EgressService } from '../egress/index.js';
+import { AuditEvents } from './audit-events.js';
 import { BootLog } from './boots.js';
 import { lockDataDir } from './lock.js';
 import { passedListenFd, systemdNotifier } from './systemd.js';
@@ -113,11 +114,12 @@ export async function startDaemon(
   if (passed && passed.count > 1) app.log.warn({ sockets: passed.count }, 'systemd passed several sockets; serving on the first');
   const passedFd = passed?.fd ?? null;
   // Before anything else can reach out (the TPM signer, the engines): on sealed postures every attempt is refused.
-  const egress = new EgressService(config, store, app.log);
-  egress.start();
-  deps.egress = egress;
   const boots = new BootLog(store);
   deps.boots = boots.report;
+  const events = new AuditEvents(app.log, boots.report.boots);
+  const egress = new EgressService(config, store, app.log, (attempt) => events.egressRefused(attempt));
+  egress.start();
+  deps.egress = egress;
   if (boots.report.previous_stop === 'crash') {
     app.log.warn({ boots: boots.report.boots, crashes: boots.report.crashes }, 'the previous run did not stop cleanly');
   }
@@ -144,6 +146,13 @@ export async function startDaemon(
     // ever answered without the audit log.
     audit = await AuditService.open(config, store, app.log);
     deps.audit = audit;
+    // Before any call: the CLI's waiting events, then this start's entry.
+    await events.opened(audit, store, {
+      config,
+      boot: boots.report.boots,
+      previousStop: boots.report.previous_stop,
+      signer: audit.checkpoints?.signer ?? null,
+    });
     // A socket systemd passed (socket activation) is already bound; listen() takes it over.
     if (passedFd !== null) await app.listen({ fd: passedFd, host: '0.0.0.0' } as unknown as { port: number; host: string });
     else await app.listen({ host: listenHost(config), port: config.listen.port });
@@ -153,6 +162,7 @@ export async function startDaemon(
     images.close();
     await limitStore.close();
     await upstreams?.close();
+    await events.close();
     await audit?.close();
     egress.close();
     // A start that failed is not a crash; systemd hears it is over, and the notify socket is closed.
@@ -174,7 +184,28 @@ export async function startDaemon(
   );
   notifier.ready(`serving ${url} (${config.posture})`);
   // Models verify and load after the server listens: health and 503 model_not_ready tell clients while they do.
-  const models = startModels({ config, manifest, store, catalog, engines, log: app.log });
+  const models = startModels({
+    config,
+    manifest,
+    store,
+    catalog,
+    engines,
+    log: app.log,
+    onEvent: (event) => {
+      const record = (kind: EntryKind, fields: EntryFields) => void events.record(kind, { boot: boots.report.boots, ...fields });
+      switch (event.type) {
+        case 'models.served':
+          return record('boot.models', { models: event.models.map(({ id, file, sha256 }) => ({ model: id, file, sha256 })) });
+        case 'model.listed':
+          return record('model.listed', { model: event.id, file: event.file, sha256: event.sha256 });
+        case 'model.not_listed':
+          // A file that is there but not served is withdrawn; a file never brought is not news (not reported).
+          return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
+        case 'model.withdrawn':
+          return record('model.withdrawn', { model: event.id, state: 'failed', reason: event.reason, when: 'load' });
+      }
+    },
+  });
   // Saved vector graphs are checked (and damaged ones rebuilt) in the background; a query waits for its own.
   const documentsOpened = documents.open().catch((err: Error) => app.log.error({ err: err.message }, 'could not open the vector indexes'));
 
@@ -211,7 +242,8 @@ export async function startDaemon(
         images.close();
         await limitStore.close();
         await deps.usage?.close();
-        // A last checkpoint covering every call answered.
+        // The egress counts and the CLI's last events, then a last checkpoint covering every entry.
+        await events.close();
         await audit.close();
         egress.close();
         if (!boots.stopped()) {

@@ -161,15 +161,20 @@ export function startModels(options: {
         readiness: config.models.load === 'boot' ? 'loading' : 'unloaded',
         load: () => void (loading ??= load(entry, s.path)),
       });
-      if (when === 'rescan') log.info({ model: s.id }, 'model arrived in the models dir; listed');
-      options.onEvent?.({
-        type: 'model.listed',
-        id: s.id,
-        file: entry.file,
-        sha256: entry.sha256 ?? verifier.pin(s.id)?.sha256 ?? null,
-        when,
-      });
       admitted.push({ s, entry });
+    }
+    // The checksum each listed file was verified against: the manifest's, or the one pinned when it was imported.
+    const served = admitted.map(({ s, entry }) => ({
+      id: s.id,
+      file: entry.file,
+      sha256: entry.sha256 ?? verifier.pin(s.id)?.sha256 ?? null,
+    }));
+    if (when === 'boot') options.onEvent?.({ type: 'models.served', models: served });
+    else {
+      for (const model of served) {
+        log.info({ model: model.id }, 'model arrived in the models dir; listed');
+        options.onEvent?.({ type: 'model.listed', ...model });
+      }
     }
     return admitted;
   };

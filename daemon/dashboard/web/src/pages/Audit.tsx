@@ -1,6 +1,7 @@
 // The audit trail: who signs the checkpoints (the TPM, or unmistakably a software key), the newest checkpoints, a
 // check of the whole log in this browser by the same code as the offline verifier (tools/verify-anchors.mjs),
-// one call's receipt by its request id, and the downloads an auditor takes to an air-gapped machine.
+// one call's receipt by its request id, the newest entries filtered by kind (administrators), and the downloads an
+// auditor takes to an air-gapped machine.
 import { useEffect, useState } from 'preact/hooks';
 import { verify } from '../../../../../tools/verify-anchors.mjs';
 import { dash } from '../api.js';
@@ -50,6 +51,76 @@ function trustedState(): unknown {
   } catch {
     return undefined;
   }
+}
+
+interface EntryPage {
+  kinds: string[];
+  entries: Array<{ leaf: number; entry: Record<string, unknown> }>;
+}
+
+const OWN_COLUMNS = new Set(['kind', 'v', 'time', 'region']);
+
+/** An entry's fields other than those shown in their own columns. */
+function details(entry: Record<string, unknown>): string {
+  return JSON.stringify(Object.fromEntries(Object.entries(entry).filter(([field]) => !OWN_COLUMNS.has(field))));
+}
+
+/** An entry's kind; entries written before kinds existed are calls. */
+const kindOf = (entry: Record<string, unknown>) => (typeof entry.kind === 'string' ? entry.kind : 'call');
+
+/** The newest entries of the log, of every kind or of the one chosen. */
+function Entries() {
+  const [kind, setKind] = useState('');
+  const [page, setPage] = useState<EntryPage | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    setError(null);
+    dash<EntryPage>('GET', `/audit/entries?limit=50${kind ? `&kind=${encodeURIComponent(kind)}` : ''}`)
+      .then(setPage)
+      .catch((err) => setError(messageOf(err)));
+  }, [kind]);
+  return (
+    <>
+      <h2>{t('audit.entriesTitle')}</h2>
+      <ErrorNote error={error} />
+      <label>
+        {t('audit.kind')}{' '}
+        <select data-testid="kind-filter" value={kind} onChange={(e) => setKind(e.currentTarget.value)}>
+          <option value="">{t('audit.allKinds')}</option>
+          {(page?.kinds ?? []).map((k) => (
+            <option key={k} value={k}>
+              {k}
+            </option>
+          ))}
+        </select>
+      </label>
+      {page && (
+        <table data-testid="entries" class="entries">
+          <thead>
+            <tr>
+              <th scope="col">#</th>
+              <th scope="col">{t('audit.time')}</th>
+              <th scope="col">{t('audit.kind')}</th>
+              <th scope="col">{t('audit.details')}</th>
+            </tr>
+          </thead>
+          <tbody>
+            {page.entries.map(({ leaf, entry }) => (
+              <tr key={leaf} data-kind={kindOf(entry)}>
+                <td>{leaf}</td>
+                <td>{typeof entry.time === 'string' ? formatDate(entry.time) : ''}</td>
+                <td dir="ltr">{kindOf(entry)}</td>
+                <td>
+                  <code dir="ltr">{details(entry)}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {page && !page.entries.length && <p>{t('audit.noEntries')}</p>}
+    </>
+  );
 }
 
 function Result(props: { outcome: Outcome | null; testId: string }) {
@@ -184,6 +255,8 @@ export function AuditPage() {
           ) : (
             <p>{t('audit.adminOnly')}</p>
           )}
+
+          {summary.canExport && <Entries />}
 
           <h2>{t('audit.lookupTitle')}</h2>
           <form class="inline" onSubmit={(e) => void lookup(e)}>
