@@ -73,6 +73,28 @@ t.test('a model imported while the daemon runs is listed within seconds and answ
     (await health()).unavailable_models.some((m) => m.id === 'tiny-chat'),
     'and it is no longer reported unavailable',
   );
+
+  // The audit log has the import (by whom) and the listing, with the checksum it was verified against. (Their order
+  // is not fixed: the outbox is drained every second, and the rescan may come first.)
+  const entries = await until('the import and the listing logged', 10_000, async () => {
+    const out = join(dir, `export-${Date.now()}`);
+    const r = cli(['audit', 'export', '--data-dir', dataDir, '--out', out]);
+    if (r.code !== 0) throw new Error(r.stderr);
+    const all = readFileSync(join(out, 'entries.jsonl'), 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, any>);
+    const imported = all.find((e) => e.kind === 'model.imported' && e.model === 'tiny-chat');
+    const listed = all.find((e) => e.kind === 'model.listed' && e.model === 'tiny-chat');
+    return imported && listed ? { imported, listed, all } : undefined;
+  });
+  t.match(entries.imported, { by: { cli: String }, file: 'tiny-chat.gguf', sha256: /^[0-9a-f]{64}$/ });
+  t.match(entries.listed, { file: 'tiny-chat.gguf', sha256: entries.imported.sha256, boot: Number });
+  t.match(
+    entries.all.find((e) => e.kind === 'boot.models'),
+    { models: [] },
+    'at boot nothing was served',
+  );
 });
 
 t.test('a file being copied in is not listed until it is whole', async (t) => {
