@@ -57,6 +57,14 @@ t.test('init-tpm, checkpoints signed inside the TPM, verified offline and by ope
   t.equal(verified.status, 0, verified.stdout);
   t.match(verified.stdout, /TPM quotes ok: each checkpoint bound to the TPM's clock/);
   t.match(verified.stdout, /VERIFIED/);
+  // The key init-tpm provisioned is in the log, by whom, once (the refused second run changed nothing).
+  const entries = readFileSync(join(work, 'entries.jsonl'), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { kind?: string });
+  const keys = entries.filter((e) => e.kind === 'audit.key');
+  t.match(keys, [{ by: { cli: String }, signer: 'tpm', key_id: /^[0-9a-f]{8}$/, replaced: null }], 'init-tpm is logged once');
+  t.equal((keys[0] as { key_id?: string }).key_id, anchors.key_id, 'with the key the checkpoints name');
   // A quote moved to another checkpoint does not fit it.
   const swapped = JSON.parse(readFileSync(join(work, 'anchors.json'), 'utf8'));
   t.ok(swapped.checkpoints.length >= 2, `${swapped.checkpoints.length} checkpoints exported`);

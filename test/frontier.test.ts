@@ -112,7 +112,8 @@ async function receipt(leaf: string | string[] | undefined): Promise<Record<stri
   }
 }
 
-for (const until = Date.now() + 10_000; (await client.models.list()).data.length < 2 && Date.now() < until;) {
+// The upstream is listed once its health check answers (every 5 s; on a loaded machine the first may fail).
+for (const until = Date.now() + 30_000; (await client.models.list()).data.length < 2 && Date.now() < until;) {
   await new Promise((resolve) => setTimeout(resolve, 100));
 }
 

@@ -6,7 +6,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, wri
 import { join } from 'node:path';
 import t from 'tap';
 import { manifestEntry, standInModel } from './fixtures/manifest-entry.js';
-import { cli, tempDir } from './helpers/daemon.js';
+import { cli, startDaemon, tempDir } from './helpers/daemon.js';
 
 const dir = tempDir(t);
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -118,6 +118,35 @@ t.test('a device that trusts the key imports the bundle; a second import finds t
   );
   const human = cli(['models', 'import-bundle', bundle, ...d.args]);
   t.match(human.stdout, /signed by SHA256:.*\n {2}pinned-chat {2}already present/);
+
+  // Each import is in the device's audit log once its daemon has run: who, which key signed it, what each model became.
+  const daemon = await startDaemon(t, d.args);
+  let imports: Array<Record<string, any>> = [];
+  for (let i = 0; i < 50 && imports.length < 3; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    const out = join(dir, `export-a-${i}`);
+    t.equal(cli(['audit', 'export', ...d.args, '--out', out]).code, 0);
+    imports = readFileSync(join(out, 'entries.jsonl'), 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, any>)
+      .filter((e) => e.kind === 'bundle.imported');
+  }
+  t.equal(imports.length, 3, 'three imports, three entries');
+  t.match(imports[0], {
+    by: { cli: String },
+    signer: key.json.fingerprint,
+    dir: bundle,
+    models: [
+      { model: 'pinned-chat', file: 'pinned.gguf', sha256: /^[0-9a-f]{64}$/, outcome: 'imported' },
+      { model: 'open-chat', file: 'open.gguf', sha256: /^[0-9a-f]{64}$/, outcome: 'imported' },
+    ],
+  });
+  t.same(
+    imports[1].models.map((m: { outcome: string }) => m.outcome),
+    ['present', 'present'],
+  );
+  await daemon.stop();
 });
 
 t.test('refused: no trusted key, another key, a changed manifest, a changed file, a missing signature', async (t) => {

@@ -75,7 +75,8 @@ const call = (secret: string, path = '/models', body?: unknown) =>
     ca: tls.ca,
     ...(body ? { body: JSON.stringify(body) } : {}),
   });
-for (const until = Date.now() + 10_000; Date.now() < until;) {
+// The upstream is listed once its health check answers (every 5 s; on a loaded machine the first may fail).
+for (const until = Date.now() + 30_000; Date.now() < until;) {
   const listed = (await call(onBusiness.secret)).json.data?.length ?? 0;
   if (listed === 2) break;
   await new Promise((resolve) => setTimeout(resolve, 100));

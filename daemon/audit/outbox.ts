@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { userInfo } from 'node:os';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
-import { isEntryKind, type EntryFields, type EntryKind } from './index.js';
+import { isEntryKind, type EntryFields, type EntryKind } from './entries.js';
 import type { AuditLog } from './log.js';
 
 /**

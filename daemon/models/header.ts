@@ -3,7 +3,7 @@
 // The header (a GGUF's metadata and tensor shapes, a whisper ggml file's hyper-parameters) is what llama.cpp and
 // whisper.cpp build the model from, so a file whose header disagrees with the manifest is not the model it is named.
 import { open } from 'node:fs/promises';
-import { readGgufFileInfo, type GgufFileInfo } from 'node-llama-cpp';
+import type { GgufFileInfo } from 'node-llama-cpp';
 import type { GgmlFacts, GgufFacts, ManifestEntry } from './manifest.js';
 
 /**
@@ -31,6 +31,8 @@ const GGML_FIELDS = [
 
 /** The facts of a GGUF file, as the manifest states them. Throws when the file is not a readable GGUF. */
 export async function readGgufFacts(path: string): Promise<GgufFacts> {
+  // Loaded on first use: node-llama-cpp takes half a second to load, and every CLI command imports this module.
+  const { readGgufFileInfo } = await import('node-llama-cpp');
   const info = await readGgufFileInfo(path, { readTensorInfo: true, ignoreKeys: [], logWarnings: false });
   return ggufFacts(info);
 }
