@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { userInfo } from 'node:os';
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import { openStore, type Store } from '../store/index.js';
 import { isEntryKind, type EntryFields, type EntryKind } from './entries.js';
 import type { AuditLog } from './log.js';
 
@@ -89,6 +89,16 @@ export class AuditOutbox {
 
   remove(key: string): void {
     this.db.removeSync(key);
+  }
+}
+
+/** Puts one event in the outbox of the data directory `dataDir`, for a command that has no store open. */
+export async function queueEvent(dataDir: string, kind: EntryKind, fields: EntryFields): Promise<void> {
+  const store = openStore(dataDir);
+  try {
+    new AuditOutbox(store).put(kind, fields);
+  } finally {
+    await store.close();
   }
 }
 

@@ -5,8 +5,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { exportAudit } from '../audit/export.js';
 import { provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
-import { keyIdOf, originOf, SoftwareSigner, softwareKeyFile, tpmOptions, type EntryFields } from '../audit/index.js';
-import { AuditOutbox, cliActor } from '../audit/outbox.js';
+import { keyIdOf, originOf, SoftwareSigner, softwareKeyFile, tpmOptions } from '../audit/index.js';
+import { cliActor, queueEvent } from '../audit/outbox.js';
 import { loadConfig, type Config } from '../config/index.js';
 import { openStore } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
@@ -69,16 +69,6 @@ function trustedKeys(config: Config, given: string[] | undefined): TrustedKey[] 
   return [{ source: `the public half of ${keyFile}`, pem: new SoftwareSigner(keyFile).publicKeyPem }];
 }
 
-/** Puts an `audit.key` event in the outbox for the daemon to log. */
-async function recordKey(config: Config, fields: EntryFields): Promise<void> {
-  const store = openStore(config.dataDir);
-  try {
-    new AuditOutbox(store).put('audit.key', fields);
-  } finally {
-    await store.close();
-  }
-}
-
 export async function auditCommand(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     ...CONFIG_OPTIONS,
@@ -104,7 +94,12 @@ export async function auditCommand(argv: string[]): Promise<number> {
   if (command === 'init-tpm') {
     say(`TPM: ${config.audit.tcti}`);
     const keys = await provisionTpmKey(config, values.replace === true, say);
-    await recordKey(config, { by: cliActor(), signer: 'tpm', key_id: keyIdOf(keys.publicKeyPem).toString('hex'), replaced: keys.replaced });
+    await queueEvent(config.dataDir, 'audit.key', {
+      by: cliActor(),
+      signer: 'tpm',
+      key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
+      replaced: keys.replaced,
+    });
     if (json) printJson({ ...tpmOptions(config), ...keys, fingerprint: spkiFingerprint(keys.publicKeyPem) });
     else
       process.stdout.write(

@@ -9,8 +9,8 @@ import { hostname as osHostname, networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 import { isIP } from 'node:net';
 import { execa } from 'execa';
-import { keyIdOf, type EntryFields } from '../audit/index.js';
-import { AuditOutbox } from '../audit/outbox.js';
+import { keyIdOf } from '../audit/index.js';
+import { AuditOutbox, queueEvent } from '../audit/outbox.js';
 import { currentAuditPublicKey, provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
 import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
 import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
@@ -81,12 +81,17 @@ export async function firstBoot(options: FirstBootOptions): Promise<FirstBootRep
     if (config.audit.signer === 'software') {
       const pem = currentAuditPublicKey(config, true)!;
       auditKey = { publicKeyPem: pem, fingerprint: spkiFingerprint(pem) };
-      await recordKey(config, { by: 'firstboot', signer: 'software', key_id: keyIdOf(pem).toString('hex'), replaced: null });
+      await queueEvent(config.dataDir, 'audit.key', {
+        by: 'firstboot',
+        signer: 'software',
+        key_id: keyIdOf(pem).toString('hex'),
+        replaced: null,
+      });
       return ['done', 'software signing key created (audit.signer is software: the key is a file, not in a TPM)'];
     }
     const keys = await provisionTpmKey(config, false, () => {});
     auditKey = { publicKeyPem: keys.publicKeyPem, fingerprint: spkiFingerprint(keys.publicKeyPem) };
-    await recordKey(config, {
+    await queueEvent(config.dataDir, 'audit.key', {
       by: 'firstboot',
       signer: 'tpm',
       key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
@@ -124,16 +129,6 @@ export async function firstBoot(options: FirstBootOptions): Promise<FirstBootRep
   };
   if (existsSync(config.dataDir)) writeFileSync(reportFile(config), `${JSON.stringify(report, null, 2)}\n`, { mode: 0o600 });
   return report;
-}
-
-/** Puts an `audit.key` event in the outbox: the daemon logs it at its next start. */
-async function recordKey(config: Config, fields: EntryFields): Promise<void> {
-  const store = openStore(config.dataDir);
-  try {
-    new AuditOutbox(store).put('audit.key', fields);
-  } finally {
-    await store.close();
-  }
 }
 
 /** Imports every signed bundle and every pinned model file found in the sources. */

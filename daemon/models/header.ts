@@ -4,7 +4,7 @@
 // whisper.cpp build the model from, so a file whose header disagrees with the manifest is not the model it is named.
 import { open } from 'node:fs/promises';
 import type { GgufFileInfo } from 'node-llama-cpp';
-import type { GgmlFacts, GgufFacts, ManifestEntry } from './manifest.js';
+import { GGML_FIELDS, type GgmlFacts, type GgufFacts, type ManifestEntry } from './manifest.js';
 
 /**
  * Parameters are counted from the tensors' element counts, so quantization does not change them. The count still
@@ -16,18 +16,6 @@ import type { GgmlFacts, GgufFacts, ManifestEntry } from './manifest.js';
 export const PARAMETER_TOLERANCE = 0.02;
 
 const GGML_MAGIC = 0x67676d6c;
-const GGML_FIELDS = [
-  'vocabularySize',
-  'audioContext',
-  'audioState',
-  'audioHeads',
-  'audioLayers',
-  'textContext',
-  'textState',
-  'textHeads',
-  'textLayers',
-  'mels',
-] as const satisfies ReadonlyArray<keyof GgmlFacts>;
 
 /** The facts of a GGUF file, as the manifest states them. Throws when the file is not a readable GGUF. */
 export async function readGgufFacts(path: string): Promise<GgufFacts> {

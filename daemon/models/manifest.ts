@@ -61,6 +61,20 @@ export interface GgmlFacts {
   mels: number;
 }
 
+/** The ggml header's hyper-parameters, in the order the file holds them (after its magic). */
+export const GGML_FIELDS = [
+  'vocabularySize',
+  'audioContext',
+  'audioState',
+  'audioHeads',
+  'audioLayers',
+  'textContext',
+  'textState',
+  'textHeads',
+  'textLayers',
+  'mels',
+] as const satisfies ReadonlyArray<keyof GgmlFacts>;
+
 export interface Manifest {
   models: ManifestEntry[];
 }
@@ -77,22 +91,7 @@ const ggufSchema = factsSchema({
   embeddingLength: count,
   blockCount: count,
 });
-const ggmlSchema = factsSchema(
-  Object.fromEntries(
-    [
-      'vocabularySize',
-      'audioContext',
-      'audioState',
-      'audioHeads',
-      'audioLayers',
-      'textContext',
-      'textState',
-      'textHeads',
-      'textLayers',
-      'mels',
-    ].map((k) => [k, count]),
-  ),
-);
+const ggmlSchema = factsSchema(Object.fromEntries(GGML_FIELDS.map((k) => [k, count])));
 
 const entrySchema = {
   type: 'object',
