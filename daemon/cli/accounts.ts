@@ -49,6 +49,19 @@ async function readPassword(fromStdin: boolean): Promise<string> {
   return first;
 }
 
+/** Runs `work` on the data directory's accounts and audit outbox; an AccountsError is a usage error. */
+async function withAccounts<T>(dataDir: string, work: (accounts: Accounts, outbox: AuditOutbox) => Promise<T>): Promise<T> {
+  const store = openStore(dataDir);
+  try {
+    return await work(new Accounts(store), new AuditOutbox(store));
+  } catch (err) {
+    if (err instanceof AccountsError) throw new UsageError(err.message.replace(/\.$/, '').replace(/^./, (c) => c.toLowerCase()));
+    throw err;
+  } finally {
+    await store.close();
+  }
+}
+
 export async function adminCommand(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, { ...CONFIG_OPTIONS, email: { type: 'string' }, 'password-stdin': { type: 'boolean' } });
   const [command, ...rest] = positionals;
@@ -60,35 +73,27 @@ export async function adminCommand(argv: string[]): Promise<number> {
   const json = values.json === true;
   const { config } = loadConfig(configFlags(values));
   if (command === 'create') {
-    if (typeof values.email !== 'string') throw new UsageError('admin create needs --email');
+    const email = values.email;
+    if (typeof email !== 'string') throw new UsageError('admin create needs --email');
     const password = await readPassword(values['password-stdin'] === true);
-    const store = openStore(config.dataDir);
-    try {
-      const outbox = new AuditOutbox(store);
-      const user = await new Accounts(store).createUser({ email: values.email, password, role: 'admin', projects: [] }, (u) =>
+    return withAccounts(config.dataDir, async (accounts, outbox) => {
+      const user = await accounts.createUser({ email, password, role: 'admin', projects: [] }, (u) =>
         outbox.put('account.created', { by: cliActor(), account: u.id, role: u.role, projects: u.projects }),
       );
       if (json) printJson(view(user));
       else process.stdout.write(`Created administrator ${user.email} (${user.id}). Sign in to the dashboard at /dashboard/.\n`);
       return 0;
-    } catch (err) {
-      if (err instanceof AccountsError) throw new UsageError(err.message.replace(/\.$/, '').replace(/^./, (c) => c.toLowerCase()));
-      throw err;
-    } finally {
-      await store.close();
-    }
+    });
   }
   if (command === 'password' || command === 'role') {
-    if (typeof values.email !== 'string') throw new UsageError(`admin ${command} needs --email`);
+    const email = values.email;
+    if (typeof email !== 'string') throw new UsageError(`admin ${command} needs --email`);
     const role = rest[0];
     if (command === 'role' && role !== 'admin' && role !== 'member') throw new UsageError("admin role needs 'admin' or 'member'");
     const password = command === 'password' ? await readPassword(values['password-stdin'] === true) : '';
-    const store = openStore(config.dataDir);
-    try {
-      const accounts = new Accounts(store);
-      const outbox = new AuditOutbox(store);
-      const found = accounts.findByEmail(values.email);
-      if (!found) throw new UsageError(`no account '${values.email}' (see 'sovereign admin list')`);
+    return withAccounts(config.dataDir, async (accounts, outbox) => {
+      const found = accounts.findByEmail(email);
+      if (!found) throw new UsageError(`no account '${email}' (see 'sovereign admin list')`);
       const user =
         command === 'password'
           ? await accounts.setPassword(found.id, password, (u) => outbox.put('account.password', { by: cliActor(), account: u.id }))
@@ -98,12 +103,7 @@ export async function adminCommand(argv: string[]): Promise<number> {
       if (json) printJson(view(user));
       else process.stdout.write(command === 'password' ? `Password of ${user.email} changed.\n` : `${user.email} is now ${user.role}.\n`);
       return 0;
-    } catch (err) {
-      if (err instanceof AccountsError) throw new UsageError(err.message.replace(/\.$/, '').replace(/^./, (c) => c.toLowerCase()));
-      throw err;
-    } finally {
-      await store.close();
-    }
+    });
   }
   if (command === 'list') {
     const store = openStore(config.dataDir);
