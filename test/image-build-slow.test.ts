@@ -23,6 +23,7 @@ import {
 } from 'node:fs';
 import { join, resolve } from 'node:path';
 import t, { type Test } from 'tap';
+import { manifestEntry, standInModel } from './fixtures/manifest-entry.js';
 import { cli, tempDir } from './helpers/daemon.js';
 
 const enabled = process.env.SOVEREIGN_IMAGE_TEST === '1';
@@ -36,14 +37,15 @@ if (!enabled) {
   const out = join(dir, 'out');
   const work = join(dir, 'work');
 
-  // What the installer brings: the vendor's keys, and a bundle with one small model.
+  // What the installer brings: the vendor's keys, a models manifest of its own (the shipped one names models far
+  // larger than a test can make, and import checks a file's header against its entry), and a bundle with one model.
   t.equal(cli(['models', 'bundle-key', '--out', join(dir, 'bundles')]).code, 0);
   t.equal(cli(['models', 'bundle-key', '--out', join(dir, 'updates')]).code, 0);
-  const weights = Buffer.from('appliance test weights '.repeat(4000));
+  const weights = standInModel(53);
   const sha = createHash('sha256').update(weights).digest('hex');
-  const manifest = JSON.parse(readFileSync(join(REPO, 'models-manifest.json'), 'utf8'));
-  const target = manifest.models.find((m: { sha256: string | null }) => m.sha256 === null);
-  t.ok(target, 'the shipped manifest has an entry without a pinned checksum, for the bundle to bring');
+  const target = manifestEntry('appliance-test', 'appliance-test.gguf', null);
+  const manifestFile = join(dir, 'models-manifest.json');
+  writeFileSync(manifestFile, JSON.stringify({ models: [target] }));
   const staging = join(dir, 'staging');
   mkdirSync(join(staging, 'models'), { recursive: true });
   writeFileSync(join(staging, 'models', target.file), weights);
@@ -61,6 +63,8 @@ if (!enabled) {
     staging,
     '--models-dir',
     join(staging, 'models'),
+    '--manifest',
+    manifestFile,
   ]);
   t.equal(made.code, 0, made.stderr);
 
@@ -76,6 +80,8 @@ if (!enabled) {
       join(dir, 'bundles.pub'),
       '--update-key',
       join(dir, 'updates.pub'),
+      '--manifest',
+      manifestFile,
       '--models-bundle',
       bundle,
     ],
@@ -179,6 +185,11 @@ if (!enabled) {
     }
     const config = JSON.parse(readFileSync(join(rootfs, 'etc', 'sovereign', 'config.json'), 'utf8'));
     t.same(config.models.bundleKeys, ['/etc/sovereign/bundle-keys/bundles.pub']);
+    t.same(
+      JSON.parse(readFileSync(join(rootfs, 'opt', 'sovereign', 'models-manifest.json'), 'utf8')).models.map((m: { id: string }) => m.id),
+      [target.id],
+      'the manifest given to --manifest is the one sealed in the image',
+    );
     const initrd = readdirSync(join(rootfs, 'boot')).find((f) => f.startsWith('initrd.img-'))!;
     const listing = execFileSync('chroot', [rootfs, 'lsinitrd', `/boot/${initrd}`], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     t.match(listing, /systemd-veritysetup-generator/, 'the initrd sets up dm-verity from roothash=');
