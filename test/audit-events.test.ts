@@ -231,8 +231,8 @@ t.test('actions through the CLI and the dashboard, boots and models: one export 
   d = await startDaemon(t, ['--config', config]);
   d.proc.kill('SIGKILL');
   await d.exited;
-  // Another setting (the region would change the log's origin): another digest.
-  writeFileSync(config, JSON.stringify({ ...JSON.parse(readFileSync(config, 'utf8')), images: { urlTtlSeconds: 1234 } }));
+  // Another region: another digest, and the log keeps its origin (the export below verifies across the change).
+  writeFileSync(config, JSON.stringify({ ...JSON.parse(readFileSync(config, 'utf8')), region: 'sa-jeddah-1' }));
   d = await startDaemon(t, ['--config', config]);
   await exportUntil(dataDir, out, (e) => ofKind(e, 'boot').length === 3 && ofKind(e, 'boot.models').length === 2);
   t.equal(await d.stop(), 0);
@@ -242,7 +242,7 @@ t.test('actions through the CLI and the dashboard, boots and models: one export 
   t.match(bootEntries, [
     { boot: 1, previous_stop: null, posture: 'device', region: 'sa-riyadh-1', signer: { kind: 'software', key_id: /^[0-9a-f]{8}$/ } },
     { boot: 2, previous_stop: 'clean' },
-    { boot: 3, previous_stop: 'crash' },
+    { boot: 3, previous_stop: 'crash', region: 'sa-jeddah-1' },
   ]);
   const version = JSON.parse(readFileSync(join(resolve(import.meta.dirname, '..'), 'package.json'), 'utf8')).version;
   t.equal(bootEntries[0].version, version, 'the version from package.json');
@@ -313,4 +313,14 @@ t.test('actions through the CLI and the dashboard, boots and models: one export 
     t.ok(kinds.has(kind), `the export holds ${kind}`);
   checkNoSecrets(t, out, secrets);
   verifyOffline(t, out);
+  t.equal(JSON.parse(readFileSync(join(out, 'anchors.json'), 'utf8')).origin, 'sovereign/sa-riyadh-1', 'the origin the log began with');
+
+  // An audit.origin naming another log is refused, with the origin to keep.
+  writeFileSync(
+    config,
+    JSON.stringify({ ...JSON.parse(readFileSync(config, 'utf8')), audit: { checkpointMs: 250, origin: 'bank/other' } }),
+  );
+  const refused = cli(['serve', '--config', config]);
+  t.equal(refused.code, 1);
+  t.match(refused.stderr, /audit\.origin is 'bank\/other', but this audit log's checkpoints are signed under 'sovereign\/sa-riyadh-1'/);
 });

@@ -39,6 +39,19 @@ export function signedNote(text: string, origin: string, keyId: Buffer, signatur
   return `${text}\n\u2014 ${origin} ${Buffer.concat([keyId, signature]).toString('base64')}\n`;
 }
 
+/** The origin the log's newest checkpoint was signed under (its note's first line), or null before the first. */
+export function signedOrigin(store: Store): string | null {
+  for (const { value } of store.db<Checkpoint, number>('audit-checkpoints').getRange({ reverse: true, limit: 1 })) {
+    return originOfNote(value.note);
+  }
+  return null;
+}
+
+/** A checkpoint note's origin: its first line. */
+export function originOfNote(note: string): string {
+  return note.slice(0, note.indexOf('\n'));
+}
+
 export interface CheckpointerOptions {
   origin: string;
   /** How often to sign while the log grows. */

@@ -5,7 +5,7 @@ import { mkdirSync, renameSync, writeFileSync, createWriteStream } from 'node:fs
 import { join } from 'node:path';
 import { once } from 'node:events';
 import type { Store } from '../store/index.js';
-import type { Checkpoint } from './checkpoint.js';
+import { originOfNote, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
 
 export interface ExportSummary {
@@ -67,7 +67,7 @@ export function exportAnchors(store: Store, log: AuditLog, origin: string) {
   }
   const anchors = {
     object: 'audit.anchors',
-    origin: covered.length ? originOf(covered.at(-1)!) : origin,
+    origin: covered.length ? originOfNote(covered.at(-1)!.note) : origin,
     key_id: last?.key_id ?? null,
     public_key: publicKey,
     attestation_key: attestationKey,
@@ -85,9 +85,4 @@ export function exportAnchors(store: Store, log: AuditLog, origin: string) {
     })),
   };
   return { anchors, size, allKeys };
-}
-
-/** The origin a checkpoint was signed under (its note's first line). */
-function originOf(c: Checkpoint): string {
-  return c.note.slice(0, c.note.indexOf('\n'));
 }

@@ -8,7 +8,7 @@ import type { Config } from '../config/index.js';
 import type { RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
 import { ENTRY_KINDS, entryJson, type EntryFields, type EntryKind } from './entries.js';
-import { Checkpointer, type Checkpoint } from './checkpoint.js';
+import { Checkpointer, signedOrigin, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
 import { SoftwareSigner, TpmSigner, type Signer, type TpmOptions } from './signer.js';
 import { isoTime } from './time.js';
@@ -93,8 +93,24 @@ export function tpmOptions(config: Config): TpmOptions {
   return { tcti, keyHandle, primaryHandle, attestationKeyHandle, endorsementPrimaryHandle };
 }
 
+/** The origin a new log is given: audit.origin, or one named after the region. */
 export function originOf(config: Config): string {
   return config.audit.origin ?? `sovereign/${config.region}`;
+}
+
+/**
+ * A log keeps the origin its checkpoints were first signed under: a verifier checks every checkpoint against one
+ * origin, so a region changed later (which the boot entry records) leaves it as it is. An audit.origin set to
+ * another name would start a second log over the first one's entries, and is refused.
+ */
+export function logOrigin(config: Config, signedUnder: string | null): string {
+  if (signedUnder === null) return originOf(config);
+  if (config.audit.origin !== undefined && config.audit.origin !== signedUnder) {
+    throw new Error(
+      `audit.origin is '${config.audit.origin}', but this audit log's checkpoints are signed under '${signedUnder}'; a log's origin cannot change: set audit.origin to '${signedUnder}' or remove it`,
+    );
+  }
+  return signedUnder;
 }
 
 /**
@@ -153,7 +169,7 @@ export class AuditService {
       if (config.posture !== 'device') throw new Error(problem);
       log.warn(problem);
     }
-    const origin = originOf(config);
+    const origin = logOrigin(config, signedOrigin(store));
     const checkpoints = signer
       ? new Checkpointer(store, auditLog, signer, {
           origin,
