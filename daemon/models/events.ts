@@ -9,7 +9,7 @@ export type ModelEvent =
   | { type: 'model.listed'; id: string; file: string; sha256: string | null }
   /** Present but not listed, and why (checksum, header, fit…). Absent files are not reported. */
   | { type: 'model.not_listed'; id: string; state: Availability; reason: string; when: 'boot' | 'rescan' }
-  /** Listed, then failed to load: withdrawn from /v1/models. */
-  | { type: 'model.withdrawn'; id: string; reason: string };
+  /** Listed, then withdrawn from /v1/models: it failed to load, or its file changed after it was verified. */
+  | { type: 'model.withdrawn'; id: string; state: Availability | 'failed'; reason: string; when: 'load' | 'rescan' };
 
 export type ModelEventListener = (event: ModelEvent) => void;

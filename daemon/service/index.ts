@@ -202,7 +202,7 @@ export async function startDaemon(
           // A file that is there but not served is withdrawn; a file never brought is not news (not reported).
           return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
         case 'model.withdrawn':
-          return record('model.withdrawn', { model: event.id, state: 'failed', reason: event.reason, when: 'load' });
+          return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
       }
     },
   });

@@ -13,6 +13,7 @@ import { inferenceThreads, probeHardware, type HardwareFacts } from '../hardware
 import {
   assessModels,
   ModelVerifier,
+  type Availability,
   servingContextOf,
   type Manifest,
   type ManifestEntry,
@@ -29,6 +30,12 @@ export interface ModelsRuntime {
   statuses(): ModelStatus[];
   hardware(): HardwareFacts | null;
   dispose(): Promise<void>;
+}
+
+/** How a listed model's file differs from the one verified. */
+interface FileChange {
+  state: Availability;
+  reason: string;
 }
 
 export const BUILT_IN_ENGINES = new Set(['llama.cpp', 'whisper.cpp'] as const);
@@ -87,6 +94,11 @@ export function startModels(options: {
 
   const load = async (entry: ManifestEntry, path: string) => {
     catalog.update(entry.id, { readiness: 'loading', detail: 'loading weights' });
+    // On demand, a model loads at its first call, maybe long after it was verified: the file must still be that one.
+    const changed = await changedSinceVerified(entry, path);
+    if (disposed) return;
+    if (changed) return fileChanged(entry, changed, 'load');
+    loaded.add(entry.id);
     const started = Date.now();
     try {
       if (entry.engine === 'whisper.cpp') {
@@ -107,7 +119,13 @@ export function startModels(options: {
       log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
     } catch (err) {
       catalog.update(entry.id, { readiness: 'failed', detail: `failed to load: ${(err as Error).message}` });
-      options.onEvent?.({ type: 'model.withdrawn', id: entry.id, reason: `failed to load: ${(err as Error).message}` });
+      options.onEvent?.({
+        type: 'model.withdrawn',
+        id: entry.id,
+        state: 'failed',
+        reason: `failed to load: ${(err as Error).message}`,
+        when: 'load',
+      });
       log.error({ model: entry.id, err: (err as Error).message }, 'model failed to load; withdrawn');
     }
   };
@@ -130,16 +148,73 @@ export function startModels(options: {
   /** Each entry's file as it was when it was last assessed: a rescan looks again only at files that changed. */
   const assessedAs = new Map<string, string>();
   const seenAs = new Map<string, string>();
+  /** The checksum each listed model was verified against: what it serves. */
+  const listedWith = new Map<string, string | null>();
+  /** Wakes rescans; none when models.rescanSeconds is 0 (models are looked at only at boot). */
+  let watcher: ModelsDirWatch | undefined;
+  /** Models whose engine has loaded (or is loading) them: their weights stay in memory until the daemon stops. */
+  const loaded = new Set<string>();
+  /** Loaded models withdrawn because their file changed: listed again only after a restart, whose RAM they still hold. */
+  const retired = new Set<string>();
+
+  const unavailableOf = (all: ModelStatus[]) =>
+    all.filter((s) => s.state !== 'available').map((s) => ({ id: s.id, capability: s.capability, state: s.state, reason: s.reason }));
+
+  /**
+   * Why a listed model's file is no longer the one it was verified as, or null when it still is: unchanged since
+   * (the same stat), or read again to the checksum it was listed with (chmod, touch or a copy of the same bytes
+   * change the stat, not the model).
+   */
+  const changedSinceVerified = async (entry: ManifestEntry, path: string): Promise<FileChange | null> => {
+    const before = fingerprint(path);
+    if (before === assessedAs.get(entry.id)) return null;
+    if (before === 'absent' || before === 'not-a-file')
+      return { state: 'missing', reason: `${entry.file} was removed after it was verified` };
+    const expected = listedWith.get(entry.id) ?? null;
+    let sha256: string;
+    try {
+      sha256 = (await verifier.sha256(path)).sha256;
+    } catch (err) {
+      return { state: 'unreadable', reason: `${entry.file} changed after it was verified and cannot be read: ${(err as Error).message}` };
+    }
+    if (expected !== null && sha256 === expected && fingerprint(path) === before) {
+      assessedAs.set(entry.id, before);
+      seenAs.set(entry.id, before);
+      return null;
+    }
+    return {
+      state: 'checksum_mismatch',
+      reason: `${entry.file} changed after it was verified (SHA-256 ${sha256}, verified as ${expected ?? 'none'})`,
+    };
+  };
+
+  /**
+   * A listed model whose file changed. One not loaded yet is verified again, like a file that arrives (503 meanwhile);
+   * a loaded one, whose engine holds the weights it verified and cannot swap them, and one whose file is gone, are
+   * withdrawn until a restart verifies and serves the file.
+   */
+  const fileChanged = (entry: ManifestEntry, change: FileChange, when: 'load' | 'rescan') => {
+    statuses = statuses.map((s) => (s.id === entry.id ? { ...s, state: change.state, reason: change.reason } : s));
+    if (!loaded.has(entry.id) && change.state !== 'missing' && watcher) {
+      catalog.update(entry.id, { readiness: 'loading', detail: 'its file changed after it was verified; verifying it again' });
+      log.warn({ model: entry.id, reason: change.reason }, 'model file changed; verifying it again');
+      watcher.wake();
+      return;
+    }
+    if (loaded.has(entry.id)) retired.add(entry.id);
+    const reason = `${change.reason}; restart the daemon to verify and serve the file`;
+    statuses = statuses.map((s) => (s.id === entry.id ? { ...s, reason } : s));
+    catalog.remove(entry.id);
+    catalog.setUnavailable(unavailableOf(statuses));
+    log.warn({ model: entry.id, state: change.state, reason }, 'model withdrawn');
+    options.onEvent?.({ type: 'model.withdrawn', id: entry.id, state: change.state, reason, when });
+  };
 
   /** Lists what `fresh` found available and reports the rest; returns the newly listed models' entries. */
   const publish = (fresh: ModelStatus[], when: 'boot' | 'rescan') => {
     const byId = new Map(fresh.map((s) => [s.id, s]));
     statuses = statuses.length ? statuses.map((s) => byId.get(s.id) ?? s) : fresh;
-    catalog.setUnavailable(
-      statuses
-        .filter((s) => s.state !== 'available')
-        .map((s) => ({ id: s.id, capability: s.capability, state: s.state, reason: s.reason })),
-    );
+    catalog.setUnavailable(unavailableOf(statuses));
     const admitted: Array<{ s: ModelStatus; entry: ManifestEntry }> = [];
     for (const s of fresh) {
       const entry = entryOf(s.id);
@@ -169,6 +244,7 @@ export function startModels(options: {
       file: entry.file,
       sha256: entry.sha256 ?? verifier.pin(s.id)?.sha256 ?? null,
     }));
+    for (const model of served) listedWith.set(model.id, model.sha256);
     if (when === 'boot') options.onEvent?.({ type: 'models.served', models: served });
     else {
       for (const model of served) {
@@ -198,14 +274,21 @@ export function startModels(options: {
    * Looks again at the entries not listed whose file changed since they were assessed, once the file has stopped
    * changing (the same stat at two scans in a row), through the same checks as at boot. A model imported by
    * `sovereign models import` appears whole (it is renamed into place); one copied in by hand is looked at once the
-   * copy is over, and a file still short of its size or checksum is not listed.
+   * copy is over, and a file still short of its size or checksum is not listed. First, the listed models whose file
+   * changed are taken out of service (fileChanged).
    */
   const rescan = async () => {
     if (disposed || !hardware) return;
+    for (const s of statuses) {
+      if (s.state !== 'available' || !catalog.all().some((m) => m.id === s.id)) continue;
+      const change = await changedSinceVerified(entryOf(s.id), s.path);
+      if (disposed) return;
+      if (change) fileChanged(entryOf(s.id), change, 'rescan');
+    }
     const due: ManifestEntry[] = [];
     let settling = false;
     for (const s of statuses) {
-      if (s.state === 'available' || s.state === 'engine_unavailable') continue;
+      if (s.state === 'available' || s.state === 'engine_unavailable' || retired.has(s.id)) continue;
       const fp = fingerprint(s.path);
       if (fp !== seenAs.get(s.id)) {
         seenAs.set(s.id, fp);
@@ -218,11 +301,12 @@ export function startModels(options: {
     if (settling) watcher?.wake();
     if (!due.length) return;
     // Models listed so far keep what they were promised; manifest order decides only among models assessed together.
-    const reserved = statuses.filter((s) => s.state === 'available').reduce((sum, s) => sum + (s.requiredRamBytes ?? 0), 0);
+    const reserved = statuses
+      .filter((s) => s.state === 'available' || retired.has(s.id))
+      .reduce((sum, s) => sum + (s.requiredRamBytes ?? 0), 0);
     const available = publish(await assess(due, reserved), 'rescan');
     if (config.models.load === 'boot') for (const { s, entry } of available) if (!disposed) await load(entry, s.path);
   };
-  let watcher: ModelsDirWatch | undefined;
   if (config.models.rescanSeconds > 0) {
     void settled.then(() => {
       if (disposed) return;

@@ -1,0 +1,175 @@
+// A listed model's file that changes while the daemon runs is never served unverified: a chmod (same bytes) changes
+// nothing; other bytes under a model not loaded yet take it out of service and through the checks again; a model
+// whose engine holds its weights, or whose file is removed, is withdrawn until a restart. Each withdrawal is an
+// audit entry.
+import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import t from 'tap';
+import { writeTinyGguf } from './fixtures/gguf.js';
+import { entry } from './fixtures/models.js';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+
+const dir = tempDir(t);
+const models = join(dir, 'models');
+const spare = join(dir, 'spare');
+mkdirSync(models);
+mkdirSync(spare);
+const written = {
+  loaded: writeTinyGguf(join(models, 'loaded.gguf'), { seed: 41 }),
+  waiting: writeTinyGguf(join(models, 'waiting.gguf'), { seed: 42 }),
+  removed: writeTinyGguf(join(models, 'removed.gguf'), { seed: 43 }),
+};
+// Same shape (the header check passes), other weights: only the checksum tells them apart.
+writeTinyGguf(join(spare, 'other.gguf'), { seed: 44 });
+const manifest = join(dir, 'manifest.json');
+writeFileSync(
+  manifest,
+  JSON.stringify({
+    models: [
+      entry('loaded-chat', 'loaded.gguf', 'chat', written.loaded),
+      entry('waiting-chat', 'waiting.gguf', 'chat', written.waiting),
+      entry('removed-chat', 'removed.gguf', 'chat', written.removed),
+    ],
+  }),
+);
+const dataDir = join(dir, 'data');
+const config = join(dir, 'config.json');
+writeFileSync(config, JSON.stringify({ dataDir, modelsDir: models, manifest, models: { load: 'on-demand', rescanSeconds: 1 } }));
+const key = createKey(dataDir);
+const daemon = await startDaemon(t, ['--config', config]);
+const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
+
+const listed = async () => (await client.models.list()).data.map((m) => m.id).sort();
+const health = async () =>
+  (await (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json()) as {
+    models: Array<{ id: string; readiness: string }>;
+    unavailable_models: Array<{ id: string; state: string; reason: string }>;
+  };
+async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}; health: ${JSON.stringify(await health())}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+const unavailable = async (id: string) => (await health()).unavailable_models.find((m) => m.id === id);
+/** A chat call's status: 200 once loaded (503 model_not_ready while it loads is retried), else the error's. */
+async function call(model: string): Promise<number> {
+  for (const end = Date.now() + 30_000; ;) {
+    try {
+      await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hello' }], max_tokens: 2 });
+      return 200;
+    } catch (err) {
+      const status = (err as { status?: number }).status ?? 0;
+      if (status !== 503 || Date.now() > end) return status;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
+function auditEntries(): Array<Record<string, any>> {
+  const out = join(dir, `export-${Date.now()}`);
+  const r = cli(['audit', 'export', '--data-dir', dataDir, '--out', out]);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return readFileSync(join(out, 'entries.jsonl'), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, any>);
+}
+const withdrawals = (model: string) => auditEntries().filter((e) => e.kind === 'model.withdrawn' && e.model === model);
+/** Waits for two rescans (one second apart, plus the half-second settle) to have looked. */
+const rescans = () => new Promise((r) => setTimeout(r, 3_000));
+
+await until('the models listed', 30_000, async () => ((await listed()).length === 3 ? true : undefined));
+
+t.test('a chmod changes the file’s stat, not the model: it stays listed and loads', async (t) => {
+  const file = join(models, 'loaded.gguf');
+  const before = statSync(file, { bigint: true }).ctimeNs;
+  chmodSync(file, 0o600);
+  t.not(statSync(file, { bigint: true }).ctimeNs, before, 'the ctime moved');
+  await rescans();
+  t.same(await listed(), ['loaded-chat', 'removed-chat', 'waiting-chat']);
+  t.equal(await call('loaded-chat'), 200, 'it loads and answers');
+  t.same(withdrawals('loaded-chat'), []);
+});
+
+t.test('other bytes under a model not loaded yet: out of service, verified again, listed when right again', async (t) => {
+  const file = join(models, 'waiting.gguf');
+  const original = readFileSync(file);
+  const { atime, mtime } = statSync(file);
+  // In place, same size, the mtime put back: only the ctime and the checksum tell.
+  writeFileSync(file, readFileSync(join(spare, 'other.gguf')));
+  utimesSync(file, atime, mtime);
+  const found = await until('waiting-chat withdrawn', 20_000, async () => {
+    const m = await unavailable('waiting-chat');
+    return m?.state === 'checksum_mismatch' && !(await listed()).includes('waiting-chat') ? m : undefined;
+  });
+  t.match(found.reason, /checksum|SHA-256/);
+  t.equal(await call('waiting-chat'), 404, 'a call does not load the changed file');
+  const logged = await until('the withdrawal logged', 10_000, async () => {
+    const w = withdrawals('waiting-chat');
+    return w.length ? w : undefined;
+  });
+  t.match(logged, [{ state: 'checksum_mismatch', when: 'rescan' }]);
+
+  writeFileSync(file, original);
+  await until('waiting-chat listed again', 20_000, async () => ((await listed()).includes('waiting-chat') ? true : undefined));
+  t.equal(await call('waiting-chat'), 200, 'the verified file loads and answers');
+  t.ok(
+    auditEntries().some((e) => e.kind === 'model.listed' && e.model === 'waiting-chat' && e.sha256 === written.waiting.sha256),
+    'listed again, with the checksum it was verified against',
+  );
+});
+
+t.test('a loaded model whose file is replaced is withdrawn until a restart, even if the file comes back', async (t) => {
+  const file = join(models, 'loaded.gguf');
+  const original = readFileSync(file);
+  writeFileSync(join(spare, 'swap.gguf'), readFileSync(join(spare, 'other.gguf')));
+  renameSync(join(spare, 'swap.gguf'), file);
+  const found = await until('loaded-chat withdrawn', 20_000, async () => {
+    const m = await unavailable('loaded-chat');
+    return m && !(await listed()).includes('loaded-chat') ? m : undefined;
+  });
+  t.match(found, { state: 'checksum_mismatch', reason: /restart the daemon/ });
+  t.equal(await call('loaded-chat'), 404);
+  writeFileSync(file, original);
+  await rescans();
+  t.notOk((await listed()).includes('loaded-chat'), 'its engine holds the old weights: not listed again before a restart');
+  t.match(
+    await until('the withdrawal logged', 10_000, async () => {
+      const w = withdrawals('loaded-chat');
+      return w.length ? w : undefined;
+    }),
+    [{ state: 'checksum_mismatch', when: 'rescan', reason: /restart the daemon/ }],
+  );
+});
+
+t.test('a listed model whose file is removed is withdrawn, and logged', async (t) => {
+  rmSync(join(models, 'removed.gguf'));
+  const found = await until('removed-chat withdrawn', 20_000, async () => {
+    const m = await unavailable('removed-chat');
+    return m && !(await listed()).includes('removed-chat') ? m : undefined;
+  });
+  t.match(found, { state: 'missing', reason: /removed/ });
+  t.equal(await call('removed-chat'), 404);
+  t.match(
+    await until('the withdrawal logged', 10_000, async () => {
+      const w = withdrawals('removed-chat');
+      return w.length ? w : undefined;
+    }),
+    [{ state: 'missing', when: 'rescan' }],
+  );
+});
+
+t.test('after a restart the restored file is verified and served again', async (t) => {
+  t.equal(await daemon.stop(), 0);
+  const again = await startDaemon(t, ['--config', config]);
+  const c = new OpenAI({ apiKey: key.secret, baseURL: again.baseURL, maxRetries: 0 });
+  await until('loaded-chat listed after the restart', 30_000, async () =>
+    (await c.models.list()).data.some((m) => m.id === 'loaded-chat') ? true : undefined,
+  );
+  t.pass('listed');
+  t.equal(await again.stop(), 0);
+});
