@@ -125,9 +125,10 @@ t.test('an event logged before a crash is not logged again from the outbox', asy
   const append = (kind: EntryKind, fields: EntryFields) => log.appendCanonical(entryJson(kind, fields, 'T', 'r'));
   // The crash: the first event was taken (marked) and logged, but not deleted.
   const [first] = outbox.pending();
-  outbox.mark(first.key, { ...first.event, from: log.readable });
-  await append('project.created', { ...first.event.fields, at: first.event.at, event: first.event.id });
-  const drain = new OutboxDrain(store, log, append, { warn: () => {} });
+  const event = first.event!;
+  outbox.mark(first.key, { ...event, from: log.readable });
+  await append('project.created', { ...event.fields, at: event.at, event: event.id });
+  const drain = new OutboxDrain(store, log, append, { warn: () => {}, error: () => {} });
   t.equal(await drain.drain(), 1, 'only the event not yet logged is appended');
   t.same(outbox.pending(), [], 'and the outbox is empty');
   await log.settled();

@@ -4,11 +4,13 @@
 // daemon drains the outbox into the log in order, at start and every second, and deletes each event once its entry is
 // durable. Each event has an id its entry carries (`event`). Before appending, the daemon marks the event with the
 // log's size (`from`): after a crash between the append and the delete, the next drain finds the entry at or past
-// that leaf and only deletes the event, so no event is logged twice.
+// that leaf and only deletes the event, so no event is logged twice. A record that is not an event the CLI makes (a
+// damaged or foreign one) is moved aside instead of blocking every event behind it.
 import { randomBytes } from 'node:crypto';
 import { userInfo } from 'node:os';
 import type { Database } from 'lmdb';
 import { openStore, type Store } from '../store/index.js';
+import { canonicalJson, type Canonical } from './canonical.js';
 import { isEntryKind, type EntryFields, type EntryKind } from './entries.js';
 import type { AuditLog } from './log.js';
 
@@ -41,6 +43,43 @@ export interface OutboxEvent {
 }
 
 const DB = 'audit-outbox';
+/** Records the drain could not log, each with why and its bytes as they were: kept for the operator, never logged. */
+const REJECTED_DB = 'audit-outbox-rejected';
+/** Far more than any event the CLI makes (the largest, a bundle's import, is a few KiB): a bigger one is damage. */
+export const MAX_EVENT_BYTES = 1024 * 1024;
+/**
+ * Fields the log or the drain sets. An event carrying one was not made by the CLI; `request_id` in particular would
+ * be indexed as a call's (request-index.ts).
+ */
+const RESERVED_FIELDS = ['kind', 'v', 'time', 'region', 'at', 'event', 'request_id'];
+
+/** A record read from the outbox: an event, or what could not be decoded as one. */
+export type Pending = { key: string; event: OutboxEvent } | { key: string; event?: undefined; problem: string };
+
+/**
+ * Why a decoded outbox record cannot be logged, or null when it is an event the CLI makes. An event of a kind this
+ * daemon does not know passes: another version's, it waits for one that knows it.
+ */
+export function eventProblem(value: unknown): string | null {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return 'it is not an event record';
+  const event = value as Record<string, unknown>;
+  if (typeof event.id !== 'string' || !/^evt_[0-9a-f]{24}$/.test(event.id)) return 'it has no event id';
+  if (typeof event.kind !== 'string') return 'it names no kind';
+  if (typeof event.at !== 'string') return 'it has no time';
+  if (event.from !== undefined && !(Number.isSafeInteger(event.from) && (event.from as number) >= 0)) return 'its mark is not a leaf';
+  const fields = event.fields;
+  if (fields === null || typeof fields !== 'object' || Array.isArray(fields)) return 'its fields are not an object';
+  const reserved = RESERVED_FIELDS.find((name) => Object.hasOwn(fields, name));
+  if (reserved) return `its fields hold '${reserved}', which only the log sets`;
+  let json: string;
+  try {
+    json = canonicalJson(fields as Canonical);
+  } catch (err) {
+    return `its fields are not JSON (${(err as Error).message})`;
+  }
+  if (Buffer.byteLength(json) > MAX_EVENT_BYTES) return `it is ${Buffer.byteLength(json)} bytes long, more than any event`;
+  return null;
+}
 
 /** Keys sort by time, then by a random part: events are logged in the order they were made. */
 function newKey(): { key: string; id: string } {
@@ -50,9 +89,11 @@ function newKey(): { key: string; id: string } {
 
 export class AuditOutbox {
   private readonly db: Database<OutboxEvent, string>;
+  private readonly rejected: Database<{ problem: string; record: Buffer | null }, string>;
 
   constructor(store: Store) {
     this.db = store.db<OutboxEvent>(DB);
+    this.rejected = store.db(REJECTED_DB);
   }
 
   /**
@@ -76,11 +117,37 @@ export class AuditOutbox {
     this.record(() => ({ result: undefined, events: [{ kind, fields }] }));
   }
 
-  /** Events waiting, oldest first. */
-  pending(): Array<{ key: string; event: OutboxEvent }> {
-    const out: Array<{ key: string; event: OutboxEvent }> = [];
-    for (const { key, value } of this.db.getRange()) out.push({ key, event: value });
+  /**
+   * Records waiting, oldest first: each an event, or why it is not one. Read one by one, so that a record that cannot
+   * be decoded does not hide the others.
+   */
+  pending(): Pending[] {
+    const out: Pending[] = [];
+    for (const key of this.db.getKeys()) {
+      let value: unknown;
+      try {
+        value = this.db.get(key);
+      } catch (err) {
+        out.push({ key, problem: `it cannot be decoded (${(err as Error).message})` });
+        continue;
+      }
+      const problem = eventProblem(value);
+      out.push(problem ? { key, problem } : { key, event: value as OutboxEvent });
+    }
     return out;
+  }
+
+  /** Moves a record that is not an event out of the outbox, with why and its bytes as they were. */
+  reject(key: string, problem: string): void {
+    this.db.transactionSync(() => {
+      this.rejected.putSync(key, { problem, record: this.db.getBinary(key) ?? null });
+      this.db.removeSync(key);
+    });
+  }
+
+  /** Records moved aside by reject(), for the operator. */
+  rejectedRecords(): Array<{ key: string; problem: string }> {
+    return Array.from(this.rejected.getRange(), ({ key, value }) => ({ key, problem: value.problem }));
   }
 
   mark(key: string, event: OutboxEvent): void {
@@ -104,6 +171,7 @@ export async function queueEvent(dataDir: string, kind: EntryKind, fields: Entry
 
 interface DrainLog {
   warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
 }
 
 /** Whether an entry for event `id` is in the log at leaf `from` or later. */
@@ -118,6 +186,8 @@ export class OutboxDrain {
   private readonly outbox: AuditOutbox;
   private running: Promise<number> | null = null;
   private timer: NodeJS.Timeout | undefined;
+  /** Events of unknown kinds already warned about: they wait for ever, and a warning each second would flood the log. */
+  private readonly warned = new Set<string>();
 
   constructor(
     store: Store,
@@ -146,10 +216,20 @@ export class OutboxDrain {
 
   private async drainOnce(): Promise<number> {
     let done = 0;
-    for (const { key, event } of this.outbox.pending()) {
+    for (const record of this.outbox.pending()) {
+      const { key, event } = record;
+      if (!event) {
+        // Damaged, or not written by the CLI: left in place it would stop every event behind it, every second, for ever.
+        this.outbox.reject(key, record.problem);
+        this.logger.error({ key, problem: record.problem }, 'audit outbox: a record that is not an event was moved aside, not logged');
+        continue;
+      }
       if (!isEntryKind(event.kind) || event.kind === 'call') {
         // Written by another version of the CLI: kept for one that knows it, not logged in a shape nobody defined.
-        this.logger.warn({ kind: event.kind, event: event.id }, 'audit outbox: an event of an unknown kind is left waiting');
+        if (!this.warned.has(key)) {
+          this.warned.add(key);
+          this.logger.warn({ kind: event.kind, event: event.id }, 'audit outbox: an event of an unknown kind is left waiting');
+        }
         continue;
       }
       if (event.from !== undefined && logged(this.log, event.id, event.from)) {

@@ -7,6 +7,16 @@ import type { Store } from '../store/index.js';
 
 /** The marker's key: request ids are the daemon's own (`req_` and hex), so no id is this. */
 const COVERED = '#covered';
+/**
+ * The daemon's request ids (http/server.ts), the only ones a lookup accepts. Nothing else is indexed: an entry that
+ * names another (a damaged outbox event, say) could name one longer than lmdb's largest key (1978 bytes), whose write
+ * would fail the entries' whole batch and stop the log, at every start again.
+ */
+const REQUEST_ID = /^req_[0-9a-f]{32}$/;
+
+export function isRequestId(id: string): boolean {
+  return REQUEST_ID.test(id);
+}
 /** Entries indexed per lmdb transaction while catching up, so a long catch-up does not hold one huge transaction. */
 const CATCH_UP_SLICE = 20_000;
 
@@ -14,7 +24,7 @@ const CATCH_UP_SLICE = 20_000;
 export function requestIdOf(bytes: Buffer): string | null {
   try {
     const id = (JSON.parse(bytes.toString('utf8')) as { request_id?: unknown }).request_id;
-    return typeof id === 'string' && id !== COVERED ? id : null;
+    return typeof id === 'string' && isRequestId(id) ? id : null;
   } catch {
     return null;
   }
@@ -34,12 +44,12 @@ export class RequestIndex {
 
   /** The newest leaf indexed for `requestId`, if any. */
   get(requestId: string): number | undefined {
-    return requestId === COVERED ? undefined : this.db.get(requestId);
+    return isRequestId(requestId) ? this.db.get(requestId) : undefined;
   }
 
   /** Queues the writes for leaves [.., end) into the current lmdb batch: each id's leaf, then the marker. */
   put(ids: Array<[requestId: string, leaf: number]>, end: number): Array<Promise<boolean>> {
-    const writes = ids.map(([id, leaf]) => this.db.put(id, leaf));
+    const writes = ids.filter(([id]) => isRequestId(id)).map(([id, leaf]) => this.db.put(id, leaf));
     writes.push(this.db.put(COVERED, end));
     return writes;
   }

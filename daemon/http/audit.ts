@@ -8,7 +8,7 @@ import { hash } from 'node:crypto';
 import { Stream } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors/index.js';
-import { ScrubSession } from '../scrub/index.js';
+import { ScrubSession, StreamScrubber } from '../scrub/index.js';
 import { writeFailureOf } from '../store/index.js';
 import type { PipelineDeps } from './pipeline.js';
 
@@ -35,7 +35,27 @@ function modelOf(request: FastifyRequest): string | null {
   if (request.call.model) return request.call.model.id;
   const asked = (request.body as { model?: unknown } | null | undefined)?.model;
   if (typeof asked !== 'string' || asked === '') return null;
-  return new ScrubSession().scrub(asked.slice(0, SCRUBBED_MODEL_NAME)).slice(0, LOGGED_MODEL_NAME);
+  return loggedModelName(asked);
+}
+
+/** A model name the client sent, as an entry records it: scrubbed, then cut to LOGGED_MODEL_NAME characters. */
+export function loggedModelName(asked: string): string {
+  let scrubbed: string;
+  if (asked.length <= SCRUBBED_MODEL_NAME) scrubbed = new ScrubSession().scrub(asked);
+  else {
+    // Only the first SCRUBBED_MODEL_NAME characters are read, and a value may run on past them: scrubbing them as a
+    // whole text would leave such a value's start, which with its check digit can be all of it. What cannot be
+    // settled without the rest is held back, as the tail of a streamed answer is, and not recorded. (Placeholders can
+    // be far shorter than what they replace, so a value near the end of what is read can land within the cut.)
+    try {
+      scrubbed = new StreamScrubber(new ScrubSession()).push(asked.slice(0, SCRUBBED_MODEL_NAME));
+    } catch {
+      scrubbed = '';
+    }
+  }
+  const name = scrubbed.slice(0, LOGGED_MODEL_NAME);
+  // The cut may split a character in two (a surrogate pair): half of one is no Unicode text.
+  return /[\ud800-\udbff]$/.test(name) ? name.slice(0, -1) : name;
 }
 
 /** The route a call's entry names: its pattern, not the path with ids in it. */

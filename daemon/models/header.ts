@@ -4,6 +4,7 @@
 // whisper.cpp build the model from, so a file whose header disagrees with the manifest is not the model it is named.
 import { open } from 'node:fs/promises';
 import type { GgufFileInfo } from 'node-llama-cpp';
+import { checkGgufBounds } from './gguf-bounds.js';
 import { GGML_FIELDS, type GgmlFacts, type GgufFacts, type ManifestEntry } from './manifest.js';
 
 /**
@@ -21,6 +22,8 @@ const GGML_MAGIC = 0x67676d6c;
 export async function readGgufFacts(path: string): Promise<GgufFacts> {
   // Loaded on first use: node-llama-cpp takes half a second to load, and every CLI command imports this module.
   const { readGgufFileInfo } = await import('node-llama-cpp');
+  // Its reader believes the header's counts; a file whose counts its size cannot hold is refused first.
+  await checkGgufBounds(path);
   const info = await readGgufFileInfo(path, { readTensorInfo: true, ignoreKeys: [], logWarnings: false });
   return ggufFacts(info);
 }
