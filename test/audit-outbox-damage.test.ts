@@ -64,9 +64,20 @@ t.test('records that are not events are moved aside; the events behind them are 
   t.equal(log.problem, null, 'the log still takes entries');
   const entries = kindsIn(log);
   t.same(
-    entries.map((e) => e.project),
+    entries.filter((e) => e.kind === 'project.created').map((e) => e.project),
     ['proj_a'],
     'only the real event reached the log',
+  );
+  const setAside = entries.filter((e) => e.kind === 'outbox.rejected');
+  t.same(
+    setAside.map((e) => (e.outbox_key as string).slice(16)),
+    ['a-undecodable', 'b-nan', 'c-null', 'd-no-fields', 'e-huge', 'f-request-id', 'g-time'],
+    'each record set aside is an entry: its key and why',
+  );
+  t.match(setAside[5], { problem: /request_id/ });
+  t.notOk(
+    setAside.some((e) => JSON.stringify(e).includes('xxxxxxxx')),
+    'never what the record held',
   );
   t.same(
     outbox.rejectedRecords().map((r) => r.key.slice(16)),

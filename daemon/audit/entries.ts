@@ -30,6 +30,7 @@ export const ENTRY_KINDS = {
   'model.listed': 1,
   'model.withdrawn': 1,
   'audit.key': 1,
+  'outbox.rejected': 1,
   'egress.refused': 1,
 } as const;
 

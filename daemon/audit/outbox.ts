@@ -220,6 +220,9 @@ export class OutboxDrain {
       const { key, event } = record;
       if (!event) {
         // Damaged, or not written by the CLI: left in place it would stop every event behind it, every second, for ever.
+        // The log says a record was set aside (never what it held, which nothing vouches for) before it is: a crash
+        // between the two logs it twice rather than not at all.
+        await this.append('outbox.rejected', { outbox_key: key.slice(0, 64), problem: record.problem.slice(0, 200) });
         this.outbox.reject(key, record.problem);
         this.logger.error({ key, problem: record.problem }, 'audit outbox: a record that is not an event was moved aside, not logged');
         continue;
