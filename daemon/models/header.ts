@@ -3,8 +3,7 @@
 // The header (a GGUF's metadata and tensor shapes, a whisper ggml file's hyper-parameters) is what llama.cpp and
 // whisper.cpp build the model from, so a file whose header disagrees with the manifest is not the model it is named.
 import { open } from 'node:fs/promises';
-import type { GgufFileInfo } from 'node-llama-cpp';
-import { checkGgufBounds } from './gguf-bounds.js';
+import { readGgufFacts } from './gguf-header.js';
 import { GGML_FIELDS, type GgmlFacts, type GgufFacts, type ManifestEntry } from './manifest.js';
 
 /**
@@ -18,38 +17,7 @@ export const PARAMETER_TOLERANCE = 0.02;
 
 const GGML_MAGIC = 0x67676d6c;
 
-/** The facts of a GGUF file, as the manifest states them. Throws when the file is not a readable GGUF. */
-export async function readGgufFacts(path: string): Promise<GgufFacts> {
-  // Loaded on first use: node-llama-cpp takes half a second to load, and every CLI command imports this module.
-  const { readGgufFileInfo } = await import('node-llama-cpp');
-  // Its reader believes the header's counts; a file whose counts its size cannot hold is refused first.
-  await checkGgufBounds(path);
-  const info = await readGgufFileInfo(path, { readTensorInfo: true, ignoreKeys: [], logWarnings: false });
-  return ggufFacts(info);
-}
-
-export function ggufFacts(info: GgufFileInfo): GgufFacts {
-  const arch = info.architectureMetadata as Record<string, unknown>;
-  const tensors = info.fullTensorInfo ?? [];
-  let parameterCount = 0;
-  for (const t of tensors) parameterCount += t.dimensions.reduce<number>((a, d) => a * Number(d), 1);
-  const tokens = (info.metadata as { tokenizer?: { ggml?: { tokens?: unknown } } }).tokenizer?.ggml?.tokens;
-  // The tokenizer's list is what llama.cpp takes n_vocab from; the embedding's rows must agree with it.
-  const embedding = tensors.find((t) => t.name === 'token_embd.weight');
-  const vocabularySize = Array.isArray(tokens)
-    ? tokens.length
-    : typeof arch.vocab_size === 'number'
-      ? arch.vocab_size
-      : Number(embedding?.dimensions[1] ?? 0);
-  return {
-    architecture: String(info.metadata.general?.architecture ?? 'unknown'),
-    parameterCount,
-    vocabularySize,
-    contextLength: Number(arch.context_length ?? 0),
-    embeddingLength: Number(arch.embedding_length ?? 0),
-    blockCount: Number(arch.block_count ?? 0),
-  };
-}
+export { readGgufFacts };
 
 /** The hyper-parameters of a whisper.cpp ggml file (magic, then eleven int32; the last, ftype, is the quantization). */
 export async function readGgmlFacts(path: string): Promise<GgmlFacts> {

@@ -1,11 +1,11 @@
 // A GGUF header whose counts or lengths lie (docs/models.md, "What the header must say"): node-llama-cpp's reader
 // believes them, so a 24-byte file claiming 2^64 keys kept `models import` reading and allocating until it ran out of
-// memory. Each such file is refused at once, as unreadable; a real header still reads.
+// memory. Each such file is refused at once, as unreadable; a real header reads as node-llama-cpp's own reader reads it.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { readGgufFacts } from '../daemon/models/header.js';
-import { MAX_GGUF_ARRAY } from '../daemon/models/gguf-bounds.js';
+import { MAX_GGUF_ARRAY } from '../daemon/models/gguf-header.js';
 import { writeTinyGguf } from './fixtures/gguf.js';
 import { tempDir } from './helpers/daemon.js';
 
@@ -54,12 +54,35 @@ t.test('a header stating more than its file holds is refused at once', async (t)
   }
 });
 
-t.test('a real header still reads', async (t) => {
+/** The facts as node-llama-cpp's own GGUF reader gives them: the reference the bounded reader is held to. */
+async function referenceFacts(path: string) {
+  const { readGgufFileInfo } = await import('node-llama-cpp');
+  const info = await readGgufFileInfo(path, { readTensorInfo: true, ignoreKeys: [], logWarnings: false });
+  const arch = info.architectureMetadata as Record<string, unknown>;
+  const tensors = info.fullTensorInfo ?? [];
+  const tokens = (info.metadata as { tokenizer?: { ggml?: { tokens?: readonly unknown[] } } }).tokenizer?.ggml?.tokens;
+  return {
+    architecture: String(info.metadata.general?.architecture),
+    parameterCount: tensors.reduce((sum, t) => sum + t.dimensions.reduce<number>((a, d) => a * Number(d), 1), 0),
+    vocabularySize: tokens?.length,
+    contextLength: arch.context_length,
+    embeddingLength: arch.embedding_length,
+    blockCount: arch.block_count,
+  };
+}
+
+t.test('real headers read as node-llama-cpp reads them, and as the fixture wrote them', async (t) => {
   const dir = tempDir(t);
-  const path = join(dir, 'tiny.gguf');
-  const { gguf } = writeTinyGguf(path);
-  const facts = await readGgufFacts(path);
-  t.equal(facts.architecture, gguf.architecture);
-  t.equal(facts.vocabularySize, gguf.vocabularySize);
-  t.equal(facts.parameterCount, gguf.parameterCount);
+  const shapes = {
+    'the chat fixture': { seed: 42 },
+    'a wider, deeper one with more tokens': { seed: 5, embedding: 32, heads: 2, layers: 3, extraTokens: 40, context: 4096 },
+    'another architecture': { seed: 6, architecture: 'qwen2' },
+  };
+  for (const [label, options] of Object.entries(shapes)) {
+    const path = join(dir, 'model.gguf');
+    const { gguf } = writeTinyGguf(path, options);
+    const facts = await readGgufFacts(path);
+    t.same(facts, gguf, `${label}: the facts the fixture wrote`);
+    t.same(facts, await referenceFacts(path), `${label}: the facts node-llama-cpp reads`);
+  }
 });
