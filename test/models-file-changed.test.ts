@@ -4,11 +4,11 @@
 // audit entry.
 import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import OpenAI from 'openai';
 import t from 'tap';
 import { writeTinyGguf } from './fixtures/gguf.js';
 import { entry } from './fixtures/models.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { modelsProbe } from './helpers/models.js';
 
 const dir = tempDir(t);
 const models = join(dir, 'models');
@@ -38,23 +38,7 @@ const config = join(dir, 'config.json');
 writeFileSync(config, JSON.stringify({ dataDir, modelsDir: models, manifest, models: { load: 'on-demand', rescanSeconds: 1 } }));
 const key = createKey(dataDir);
 const daemon = await startDaemon(t, ['--config', config]);
-const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
-
-const listed = async () => (await client.models.list()).data.map((m) => m.id).sort();
-const health = async () =>
-  (await (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json()) as {
-    models: Array<{ id: string; readiness: string }>;
-    unavailable_models: Array<{ id: string; state: string; reason: string }>;
-  };
-async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}; health: ${JSON.stringify(await health())}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
+const { client, listed, health, until } = modelsProbe(daemon.baseURL, key.secret);
 const unavailable = async (id: string) => (await health()).unavailable_models.find((m) => m.id === id);
 /** A chat call's status: 200 once loaded (503 model_not_ready while it loads is retried), else the error's. */
 async function call(model: string): Promise<number> {
@@ -166,9 +150,9 @@ t.test('a listed model whose file is removed is withdrawn, and logged', async (t
 t.test('after a restart the restored file is verified and served again', async (t) => {
   t.equal(await daemon.stop(), 0);
   const again = await startDaemon(t, ['--config', config]);
-  const c = new OpenAI({ apiKey: key.secret, baseURL: again.baseURL, maxRetries: 0 });
-  await until('loaded-chat listed after the restart', 30_000, async () =>
-    (await c.models.list()).data.some((m) => m.id === 'loaded-chat') ? true : undefined,
+  const probe = modelsProbe(again.baseURL, key.secret);
+  await probe.until('loaded-chat listed after the restart', 30_000, async () =>
+    (await probe.listed()).includes('loaded-chat') ? true : undefined,
   );
   t.pass('listed');
   t.equal(await again.stop(), 0);

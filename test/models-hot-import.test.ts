@@ -2,11 +2,11 @@
 // on the real engine; a file still being copied in is not listed, nor one whose header is not the model.
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import OpenAI from 'openai';
 import t from 'tap';
 import { writeTinyGguf } from './fixtures/gguf.js';
 import { entry } from './fixtures/models.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { modelsProbe } from './helpers/models.js';
 
 const dir = tempDir(t);
 const downloads = join(dir, 'downloads');
@@ -31,23 +31,7 @@ const dataDir = join(dir, 'data');
 const args = ['--data-dir', dataDir, '--models-dir', models, '--manifest', manifest];
 const key = createKey(dataDir);
 const daemon = await startDaemon(t, args, { SOVEREIGN_LOG_LEVEL: 'info' });
-const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
-
-const listed = async () => (await client.models.list()).data.map((m) => m.id).sort();
-const health = async () =>
-  (await (await fetch(`${daemon.baseURL}/health`, { headers: { authorization: `Bearer ${key.secret}` } })).json()) as {
-    models: Array<{ id: string; readiness: string }>;
-    unavailable_models: Array<{ id: string; state: string; reason: string }>;
-  };
-async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}; health: ${JSON.stringify(await health())}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
+const { client, listed, health, until } = modelsProbe(daemon.baseURL, key.secret);
 
 t.test('a model imported while the daemon runs is listed within seconds and answers', async (t) => {
   await until('boot assessed the manifest', 30_000, async () =>

@@ -14,8 +14,20 @@ import type { GgufFacts } from './manifest.js';
 export const MAX_GGUF_ARRAY = 4 * 1024 * 1024;
 /** Dimensions a tensor may state (ggml's GGML_MAX_DIMS). */
 const MAX_DIMS = 4;
-/** Bytes of each fixed-size value type, by GGUF type number; strings (8) and arrays (9) have lengths. */
-const FIXED: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+/** Each fixed-size value type, by GGUF type number: its bytes and how to read it. Strings (8) and arrays (9) have lengths. */
+const FIXED: Record<number, [bytes: number, read: (b: Buffer) => number]> = {
+  0: [1, (b) => b.readUInt8(0)],
+  1: [1, (b) => b.readInt8(0)],
+  2: [2, (b) => b.readUInt16LE(0)],
+  3: [2, (b) => b.readInt16LE(0)],
+  4: [4, (b) => b.readUInt32LE(0)],
+  5: [4, (b) => b.readInt32LE(0)],
+  6: [4, (b) => b.readFloatLE(0)],
+  7: [1, (b) => b.readUInt8(0)], // a boolean
+  10: [8, (b) => Number(b.readBigUInt64LE(0))],
+  11: [8, (b) => Number(b.readBigInt64LE(0))],
+  12: [8, (b) => b.readDoubleLE(0)],
+};
 const STRING = 8;
 const ARRAY = 9;
 const CHUNK = 1024 * 1024;
@@ -87,32 +99,7 @@ type Value = number | string | { length: number } | undefined;
 
 async function readValue(r: Reader, type: number, decode: boolean): Promise<Value> {
   const fixed = FIXED[type];
-  if (fixed !== undefined) {
-    const b = await r.bytes(fixed);
-    switch (type) {
-      case 0:
-      case 7:
-        return b.readUInt8(0);
-      case 1:
-        return b.readInt8(0);
-      case 2:
-        return b.readUInt16LE(0);
-      case 3:
-        return b.readInt16LE(0);
-      case 4:
-        return b.readUInt32LE(0);
-      case 5:
-        return b.readInt32LE(0);
-      case 6:
-        return b.readFloatLE(0);
-      case 10:
-        return Number(b.readBigUInt64LE(0));
-      case 11:
-        return Number(b.readBigInt64LE(0));
-      default:
-        return b.readDoubleLE(0);
-    }
-  }
+  if (fixed !== undefined) return fixed[1](await r.bytes(fixed[0]));
   if (type === STRING) {
     if (decode) return (await r.string(MAX_KEY_BYTES)) ?? undefined;
     r.skip(await r.stringLength());
@@ -120,7 +107,7 @@ async function readValue(r: Reader, type: number, decode: boolean): Promise<Valu
   }
   if (type !== ARRAY) throw new Error(`its header has a value of type ${type}, which GGUF does not define`);
   const element = await r.u32();
-  const least = FIXED[element] ?? 8;
+  const least = FIXED[element]?.[0] ?? 8;
   const count = await r.count('array elements', Math.min(MAX_GGUF_ARRAY, Math.floor((r.left - 8) / least)));
   if (FIXED[element] !== undefined) r.skip(count * least);
   else if (element === STRING) for (let i = 0; i < count; i++) r.skip(await r.stringLength());
