@@ -41,6 +41,19 @@ interface FileChange {
   reason: string;
 }
 
+/**
+ * A listed model's `created` (its file's mtime). The file may be gone by the time it is listed (removed after its
+ * checks, while later entries were checked): that is for its load or the next look to find, not a reason to list
+ * nothing.
+ */
+function createdOf(path: string): number {
+  try {
+    return Math.floor(statSync(path).mtimeMs / 1000);
+  } catch {
+    return 0;
+  }
+}
+
 export const BUILT_IN_ENGINES = new Set(['llama.cpp', 'whisper.cpp'] as const);
 
 export function startModels(options: {
@@ -263,7 +276,7 @@ export function startModels(options: {
         id: entry.id,
         capability: entry.capability,
         ownedBy: entry.ownedBy,
-        created: Math.floor(statSync(s.path).mtimeMs / 1000),
+        created: createdOf(s.path),
         contextTokens: servingContextOf(entry),
         readiness: config.models.load === 'boot' ? 'loading' : 'unloaded',
         load: () => void (loading ??= load(entry, s.path)),
