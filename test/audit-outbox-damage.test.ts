@@ -85,7 +85,7 @@ t.test('records that are not events are moved aside; the events behind them are 
     'each damaged record is kept aside for the operator',
   );
   t.same(
-    outbox.pending().map((p) => p.key.slice(16)),
+    outbox.pending().map((p) => String(p.key).slice(16)),
     ['h-future'],
     'an event of a kind this version does not know still waits',
   );
@@ -116,5 +116,30 @@ t.test("an entry naming a request id that is not the daemon's does not stop the 
   log = new AuditLog(store, { journalDir: dir });
   t.equal(log.size, 2, 'the next start reads and indexes the log');
   t.equal(log.findRequest(own), 1);
+  await log.close();
+});
+
+t.test('a record under a key that is not a string is set aside too; the events behind it are logged', async (t) => {
+  const dir = tempDir(t);
+  const store = openStore(dir);
+  t.teardown(() => store.close());
+  const log = new AuditLog(store, { journalDir: dir });
+  // lmdb keys may be numbers or arrays (sorted before every string key): a foreign writer's record.
+  const foreign = store.db<unknown, number | string[]>('audit-outbox');
+  foreign.putSync(7, { kind: 'project.created' });
+  foreign.putSync(['x', 'y'], null);
+  const outbox = new AuditOutbox(store);
+  outbox.put('project.created', { by: ME, project: 'proj_b', name: 'b' });
+  const { logger } = recorder();
+  const drain = new OutboxDrain(store, log, appender(log), logger);
+  t.equal(await drain.drain(), 1, 'the real event is logged');
+  await log.settled();
+  const entries = kindsIn(log);
+  t.same(
+    entries.filter((e) => e.kind === 'outbox.rejected').map((e) => e.outbox_key),
+    ['7', 'x,y'],
+    'each is an entry naming its key',
+  );
+  t.same(outbox.pending(), [], 'nothing is left waiting');
   await log.close();
 });

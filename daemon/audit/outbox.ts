@@ -8,7 +8,7 @@
 // damaged or foreign one) is moved aside instead of blocking every event behind it.
 import { randomBytes } from 'node:crypto';
 import { userInfo } from 'node:os';
-import type { Database } from 'lmdb';
+import type { Database, Key } from 'lmdb';
 import { openStore, type Store } from '../store/index.js';
 import { canonicalJson, type Canonical } from './canonical.js';
 import { isEntryKind, type EntryFields, type EntryKind } from './entries.js';
@@ -54,7 +54,7 @@ export const MAX_EVENT_BYTES = 1024 * 1024;
 const RESERVED_FIELDS = ['kind', 'v', 'time', 'region', 'at', 'event', 'request_id'];
 
 /** A record read from the outbox: an event, or what could not be decoded as one. */
-export type Pending = { key: string; event: OutboxEvent } | { key: string; event?: undefined; problem: string };
+export type Pending = { key: string; event: OutboxEvent } | { key: Key; event?: undefined; problem: string };
 
 /**
  * Why a decoded outbox record cannot be logged, or null when it is an event the CLI makes. An event of a kind this
@@ -88,11 +88,12 @@ function newKey(): { key: string; id: string } {
 }
 
 export class AuditOutbox {
-  private readonly db: Database<OutboxEvent, string>;
-  private readonly rejected: Database<{ problem: string; record: Buffer | null }, string>;
+  // Keys are typed as lmdb's own: the CLI writes strings, but a foreign writer may put a number or an array there.
+  private readonly db: Database<OutboxEvent, Key>;
+  private readonly rejected: Database<{ problem: string; record: Buffer | null }, Key>;
 
   constructor(store: Store) {
-    this.db = store.db<OutboxEvent>(DB);
+    this.db = store.db<OutboxEvent, Key>(DB);
     this.rejected = store.db(REJECTED_DB);
   }
 
@@ -124,6 +125,10 @@ export class AuditOutbox {
   pending(): Pending[] {
     const out: Pending[] = [];
     for (const key of this.db.getKeys()) {
+      if (typeof key !== 'string') {
+        out.push({ key, problem: 'its key is not one the CLI makes' });
+        continue;
+      }
       let value: unknown;
       try {
         value = this.db.get(key);
@@ -138,7 +143,7 @@ export class AuditOutbox {
   }
 
   /** Moves a record that is not an event out of the outbox, with why and its bytes as they were. */
-  reject(key: string, problem: string): void {
+  reject(key: Key, problem: string): void {
     this.db.transactionSync(() => {
       this.rejected.putSync(key, { problem, record: this.db.getBinary(key) ?? null });
       this.db.removeSync(key);
@@ -147,14 +152,14 @@ export class AuditOutbox {
 
   /** Records moved aside by reject(), for the operator. */
   rejectedRecords(): Array<{ key: string; problem: string }> {
-    return Array.from(this.rejected.getRange(), ({ key, value }) => ({ key, problem: value.problem }));
+    return Array.from(this.rejected.getRange(), ({ key, value }) => ({ key: String(key), problem: value.problem }));
   }
 
-  mark(key: string, event: OutboxEvent): void {
+  mark(key: Key, event: OutboxEvent): void {
     this.db.putSync(key, event);
   }
 
-  remove(key: string): void {
+  remove(key: Key): void {
     this.db.removeSync(key);
   }
 }
@@ -222,7 +227,7 @@ export class OutboxDrain {
         // Damaged, or not written by the CLI: left in place it would stop every event behind it, every second, for ever.
         // The log says a record was set aside (never what it held, which nothing vouches for) before it is: a crash
         // between the two logs it twice rather than not at all.
-        await this.append('outbox.rejected', { outbox_key: key.slice(0, 64), problem: record.problem.slice(0, 200) });
+        await this.append('outbox.rejected', { outbox_key: String(key).slice(0, 64), problem: record.problem.slice(0, 200) });
         this.outbox.reject(key, record.problem);
         this.logger.error({ key, problem: record.problem }, 'audit outbox: a record that is not an event was moved aside, not logged');
         continue;

@@ -13,7 +13,7 @@ export {
   type GgufFacts,
   type GgmlFacts,
 } from './manifest.js';
-export { hashFile, ModelVerifier, type Pin } from './verify.js';
+export { fileIdentity, hashFile, ModelVerifier, openModelFile, type Pin } from './verify.js';
 export { headerMismatch, readGgmlFacts, readGgufFacts } from './header.js';
 export type { ModelEvent, ModelEventListener } from './events.js';
 export { importModel, ImportError, type ImportResult } from './import.js';

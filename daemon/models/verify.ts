@@ -2,7 +2,8 @@
 // Any write to the file changes its ctime, which (unlike mtime, which `touch -r` puts back) no user can set: the
 // kernel stamps it on every change of content or metadata. So a byte flipped in place always forces a rehash.
 import { createHash } from 'node:crypto';
-import { createReadStream, statSync, type BigIntStats } from 'node:fs';
+import { constants, createReadStream, statSync, type BigIntStats } from 'node:fs';
+import { open, type FileHandle } from 'node:fs/promises';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 
@@ -33,6 +34,47 @@ export interface Pin {
 
 export type Progress = (done: number, total: number) => void;
 
+/** A file's identity as the daemon compares it (size, mtime, ctime, inode), from a stat of the file itself. */
+export function fileIdentity(stat: BigIntStats): string {
+  return `${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}:${stat.ino}`;
+}
+
+/**
+ * Opens a model file for reading, refusing what is not a regular file. What is read, stat'ed and handed to an engine
+ * through the handle is one file, whatever the path names a moment later (a symlink or a rename can point it at
+ * another between a stat and an open). O_NONBLOCK: a FIFO put in a model's place would otherwise hold the open, and
+ * every scan behind it, until something writes to it.
+ */
+export async function openModelFile(path: string): Promise<FileHandle> {
+  const file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    if (!(await file.stat()).isFile()) throw new Error(`${path} is not a regular file`);
+    return file;
+  } catch (err) {
+    await file.close();
+    throw err;
+  }
+}
+
+/** SHA-256 of an open file's bytes, in 4 MiB reads (the daemon keeps answering between them). */
+async function hashHandle(file: FileHandle, total: number, onProgress?: Progress): Promise<string> {
+  const hash = createHash('sha256');
+  const buffer = Buffer.allocUnsafe(4 * 1024 * 1024);
+  let done = 0;
+  let lastReport = 0;
+  for (;;) {
+    const { bytesRead } = await file.read(buffer, 0, buffer.length, done);
+    if (bytesRead === 0) break;
+    hash.update(buffer.subarray(0, bytesRead));
+    done += bytesRead;
+    if (onProgress && (done - lastReport > 256 * 1024 * 1024 || done === total)) {
+      lastReport = done;
+      onProgress(done, total);
+    }
+  }
+  return hash.digest('hex');
+}
+
 export async function hashFile(path: string, onProgress?: Progress): Promise<string> {
   const total = statSync(path).size;
   const hash = createHash('sha256');
@@ -58,18 +100,28 @@ export class ModelVerifier {
     this.pins = store.db<Pin>('model-pins');
   }
 
-  /** The file's SHA-256, from the cache when the file is unchanged since it was last hashed. */
-  async sha256(path: string, onProgress?: Progress): Promise<{ sha256: string; cached: boolean }> {
-    const before = identity(statSync(path, { bigint: true }));
-    const cached = this.hashes.get(path);
-    if (cached && sameFile(cached, before)) return { sha256: cached.sha256, cached: true };
-    const sha256 = await hashFile(path, onProgress);
-    // Only cache if nothing changed the file while it was being read. Only a cache: a full disk does not stop the
-    // model being served (it is hashed again at the next start).
-    if (sameFile(identity(statSync(path, { bigint: true })), before)) {
+  /**
+   * The file's SHA-256, from the cache when the file is unchanged since it was last hashed; `identity` is the file's
+   * (fileIdentity) when the checksum is its bytes', null when the file changed while it was read (then the checksum
+   * belongs to no file and nothing is cached). The stats and the read go through one handle: a path pointed at another
+   * file meanwhile cannot put one file's checksum under another's identity.
+   */
+  async sha256(path: string, onProgress?: Progress): Promise<{ sha256: string; cached: boolean; identity: string | null }> {
+    const file = await openModelFile(path);
+    try {
+      const stat = await file.stat({ bigint: true });
+      const before = identity(stat);
+      const cached = this.hashes.get(path);
+      if (cached && sameFile(cached, before)) return { sha256: cached.sha256, cached: true, identity: fileIdentity(stat) };
+      const sha256 = await hashHandle(file, before.size, onProgress);
+      const after = await file.stat({ bigint: true });
+      if (!sameFile(identity(after), before)) return { sha256, cached: false, identity: null };
+      // Only a cache: a full disk does not stop the model being served (it is hashed again at the next start).
       await this.hashes.put(path, { ...before, sha256 }).catch(() => false);
+      return { sha256, cached: false, identity: fileIdentity(after) };
+    } finally {
+      await file.close();
     }
-    return { sha256, cached: false };
   }
 
   /** Records a hash computed elsewhere (by import, which just read every byte) for a file it wrote. */

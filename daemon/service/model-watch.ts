@@ -3,13 +3,14 @@
 // filesystems where it does not (network mounts, overlays) and a models dir that did not exist yet. Either only
 // wakes `scan`, which decides from the files' own stat what changed.
 import { statSync, watch, type FSWatcher } from 'node:fs';
+import { fileIdentity } from '../models/verify.js';
 
 /** A file's identity as the checksum cache sees it; `absent` when there is no file. */
 export function fingerprint(path: string): string {
   try {
     const s = statSync(path, { bigint: true });
     if (!s.isFile()) return 'not-a-file';
-    return `${s.size}:${s.mtimeNs}:${s.ctimeNs}:${s.ino}`;
+    return fileIdentity(s);
   } catch {
     return 'absent';
   }

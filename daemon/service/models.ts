@@ -2,6 +2,7 @@
 // first call). Until a model is verified and loaded its calls get 503 model_not_ready; a model that fails to load
 // is withdrawn and health says why. llama.cpp itself starts only if there is a model file for it to run.
 import { existsSync, statSync } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Llama } from 'node-llama-cpp';
@@ -13,6 +14,8 @@ import { inferenceThreads, probeHardware, type HardwareFacts } from '../hardware
 import {
   assessModels,
   ModelVerifier,
+  fileIdentity,
+  openModelFile,
   type Availability,
   servingContextOf,
   type Manifest,
@@ -36,6 +39,19 @@ export interface ModelsRuntime {
 interface FileChange {
   state: Availability;
   reason: string;
+}
+
+/**
+ * A listed model's `created` (its file's mtime). The file may be gone by the time it is listed (removed after its
+ * checks, while later entries were checked): that is for its load or the next look to find, not a reason to list
+ * nothing.
+ */
+function createdOf(path: string): number {
+  try {
+    return Math.floor(statSync(path).mtimeMs / 1000);
+  } catch {
+    return 0;
+  }
 }
 
 export const BUILT_IN_ENGINES = new Set(['llama.cpp', 'whisper.cpp'] as const);
@@ -98,21 +114,46 @@ export function startModels(options: {
     const changed = await changedSinceVerified(entry, path);
     if (disposed) return;
     if (changed) return fileChanged(entry, changed, 'load');
+    // The engine opens the file that was just verified, through our handle, not whatever the path names by the time
+    // it opens it (a symlink or a rename can point it elsewhere in between).
+    let file: FileHandle;
+    try {
+      file = await openModelFile(path);
+    } catch (err) {
+      const gone = ['absent', 'not-a-file'].includes(fingerprint(path));
+      const reason = `${entry.file} changed after it was verified and cannot be read: ${(err as Error).message}`;
+      return fileChanged(entry, { state: gone ? 'missing' : 'unreadable', reason }, 'load');
+    }
+    const verifiedAs = assessedAs.get(entry.id);
+    const stillVerified = async () => fileIdentity(await file.stat({ bigint: true })) === verifiedAs;
+    if (!(await stillVerified())) {
+      await file.close();
+      return fileChanged(entry, { state: 'checksum_mismatch', reason: `${entry.file} changed as it was about to be loaded` }, 'load');
+    }
+    // Kept open while the model is loaded: the engine may open its path again.
+    handles.push(file);
+    const source = existsSync(`/proc/self/fd/${file.fd}`) ? `/proc/self/fd/${file.fd}` : path;
     loaded.add(entry.id);
     const started = Date.now();
+    /** A write into the file while the engine read it (same inode, new ctime) may be in the weights it holds. */
+    const changedWhileLoading = async () => {
+      if (await stillVerified()) return false;
+      fileChanged(entry, { state: 'checksum_mismatch', reason: `${entry.file} changed while it was being loaded` }, 'load');
+      return true;
+    };
     try {
       if (entry.engine === 'whisper.cpp') {
         const engine = await whisperEngine();
-        await engine.load(entry, path);
-        if (disposed) return;
+        await engine.load(entry, source);
+        if (disposed || (await changedWhileLoading())) return;
         engines.setTranscription(entry.id, engine);
         catalog.update(entry.id, { readiness: 'ready' });
         log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
         return;
       }
       const llamaCpp = await llamaEngine();
-      await llamaCpp.load(entry, path);
-      if (disposed) return;
+      await llamaCpp.load(entry, source);
+      if (disposed || (await changedWhileLoading())) return;
       if (entry.capability === 'chat') engines.setChat(entry.id, llamaCpp);
       else engines.setEmbeddings(entry.id, llamaCpp);
       catalog.update(entry.id, { readiness: 'ready' });
@@ -156,6 +197,8 @@ export function startModels(options: {
   const loaded = new Set<string>();
   /** Loaded models withdrawn because their file changed: listed again only after a restart, whose RAM they still hold. */
   const retired = new Set<string>();
+  /** The files the engines were given (as /proc/self/fd paths), open until the daemon stops. */
+  const handles: FileHandle[] = [];
 
   const unavailableOf = (all: ModelStatus[]) =>
     all.filter((s) => s.state !== 'available').map((s) => ({ id: s.id, capability: s.capability, state: s.state, reason: s.reason }));
@@ -172,14 +215,16 @@ export function startModels(options: {
       return { state: 'missing', reason: `${entry.file} was removed after it was verified` };
     const expected = listedWith.get(entry.id) ?? null;
     let sha256: string;
+    let identity: string | null;
     try {
-      sha256 = (await verifier.sha256(path)).sha256;
+      ({ sha256, identity } = await verifier.sha256(path));
     } catch (err) {
       return { state: 'unreadable', reason: `${entry.file} changed after it was verified and cannot be read: ${(err as Error).message}` };
     }
-    if (expected !== null && sha256 === expected && fingerprint(path) === before) {
-      assessedAs.set(entry.id, before);
-      seenAs.set(entry.id, before);
+    // `identity` is the file whose bytes were hashed (null if they changed meanwhile): the one a load must find.
+    if (expected !== null && sha256 === expected && identity !== null) {
+      assessedAs.set(entry.id, identity);
+      seenAs.set(entry.id, identity);
       return null;
     }
     return {
@@ -231,7 +276,7 @@ export function startModels(options: {
         id: entry.id,
         capability: entry.capability,
         ownedBy: entry.ownedBy,
-        created: Math.floor(statSync(s.path).mtimeMs / 1000),
+        created: createdOf(s.path),
         contextTokens: servingContextOf(entry),
         readiness: config.models.load === 'boot' ? 'loading' : 'unloaded',
         load: () => void (loading ??= load(entry, s.path)),
@@ -324,6 +369,7 @@ export function startModels(options: {
       await watcher?.close();
       await (await engine)?.dispose();
       await (await whisperCpp)?.dispose();
+      await Promise.all(handles.map((h) => h.close()));
     },
   };
 }
