@@ -8,7 +8,7 @@ import http from 'node:http';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import OpenAI from 'openai';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { Checkpointer } from '../daemon/audit/checkpoint.js';
 import { AuditLog, SoftwareSigner } from '../daemon/audit/index.js';
 import { exportAnchors } from '../daemon/audit/export.js';
@@ -75,6 +75,19 @@ function configFile(dir: string): string {
   return file;
 }
 
+/** Exports the log (as the CLI does, beside the running daemon) until `ready` holds for its entries. */
+async function exportUntil(t: Test, dataDir: string, ready: (entries: Array<Record<string, unknown>>) => boolean): Promise<void> {
+  for (const until = Date.now() + 15_000; ;) {
+    const out = tempDir(t);
+    const r = cli(['audit', 'export', '--data-dir', dataDir, '--out', out]);
+    if (r.code !== 0) throw new Error(r.stderr);
+    const text = readFileSync(join(out, 'entries.jsonl'), 'utf8').trimEnd();
+    if (ready(text ? text.split('\n').map((l) => JSON.parse(l) as Record<string, unknown>) : [])) return;
+    if (Date.now() > until) throw new Error('the export never got there');
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
 async function checkpointCovering(d: RunningDaemon, secret: string, size: number): Promise<void> {
   for (const until = Date.now() + 15_000; ;) {
     const res = await fetch(`${d.baseURL}/audit/anchors?limit=1`, { headers: { authorization: `Bearer ${secret}` } });
@@ -105,22 +118,34 @@ t.test('a stream cut off by kill -9 leaves its start without an end; the verifie
   t.equal(answer, 'word0 word1 word2 ', 'the whole stream arrived');
   const wholeId = response.headers.get('x-request-id')!;
 
-  // A stream the daemon dies in the middle of: killed once its first words have arrived.
-  const cut = await fetch(`${d.baseURL}/chat/completions`, { method: 'POST', headers, body: chatBody('go on') });
-  t.equal(cut.status, 200);
-  const cutId = cut.headers.get('x-request-id')!;
-  const reader = cut.body!.getReader();
-  let received = '';
-  const contentEvents = () => received.match(/"delta":\{"content":"[^"]/g)?.length ?? 0;
-  while (contentEvents() < 3) {
-    const r = await reader.read();
-    if (r.done) break;
-    received += new TextDecoder().decode(r.value);
-  }
-  t.notMatch(received, /\[DONE\]/, 'the stream was under way');
+  // A client that leaves right after the first bytes: its stream ends there, and its end entry says so.
+  const leaving = new AbortController();
+  const left = await fetch(`${d.baseURL}/chat/completions`, { method: 'POST', headers, body: chatBody('go on'), signal: leaving.signal });
+  const leftId = left.headers.get('x-request-id')!;
+  await left.body!.getReader().read();
+  leaving.abort();
+  await exportUntil(t, dataDir, (entries) => entries.some((e) => e.kind === 'call' && e.request_id === leftId));
+
+  // Streams the daemon dies in the middle of: killed once each has sent its first words.
+  const cut = await Promise.all(
+    [1, 2, 3].map(async () => {
+      const res = await fetch(`${d.baseURL}/chat/completions`, { method: 'POST', headers, body: chatBody('go on') });
+      t.equal(res.status, 200);
+      const reader = res.body!.getReader();
+      let received = '';
+      const contentEvents = () => received.match(/"delta":\{"content":"[^"]/g)?.length ?? 0;
+      while (contentEvents() < 3) {
+        const r = await reader.read();
+        if (r.done) break;
+        received += new TextDecoder().decode(r.value);
+      }
+      t.notMatch(received, /\[DONE\]/, 'the stream was under way');
+      return { id: res.headers.get('x-request-id')!, reader };
+    }),
+  );
   d.proc.kill('SIGKILL');
   await d.exited;
-  await reader.read().catch(() => {});
+  for (const { reader } of cut) await reader.read().catch(() => {});
 
   const again = await startDaemon(t, ['--data-dir', dataDir, '--config', config]);
   // What the first daemon wrote (its stream's start among it), and the health call below.
@@ -151,23 +176,35 @@ t.test('a stream cut off by kill -9 leaves its start without an end; the verifie
     region: 'sa-riyadh-1',
   });
   t.match(entries[wholeEnd], { kind: 'call', v: 3, stream_start: wholeStart, status: 200 }, 'its end entry names its start');
-  const cutStart = leafOf('stream.start', cutId);
-  t.ok(cutStart >= 0, 'the cut-off stream has its start entry');
-  t.equal(leafOf('call', cutId), -1, 'and no end entry');
+  const leftStart = leafOf('stream.start', leftId);
+  t.match(entries[leafOf('call', leftId)], { stream_start: leftStart, status: 200 }, 'the stream its client left has its end entry');
+  const cutStarts = cut.map(({ id }) => leafOf('stream.start', id));
+  t.ok(
+    cutStarts.every((leaf) => leaf >= 0),
+    'each cut-off stream has its start entry',
+  );
+  t.same(
+    cut.map(({ id }) => leafOf('call', id)),
+    [-1, -1, -1],
+    'and no end entry',
+  );
 
   const r = verifyTool(['--key', join(work, 'public-key.pem'), '--export', work]);
   t.equal(r.code, 0, `the log verifies: a cut-off stream is no tampering\n${r.out}`);
   t.match(r.out, /VERIFIED/);
   const reported = r.out.split('\n').filter((l) => l.startsWith('stream cut off'));
   t.same(
-    reported,
-    [`stream cut off: leaf ${cutStart} (${cutId}), started ${String(entries[cutStart].time)}, no end entry`],
-    'the verifier names the cut-off stream, and only it',
+    reported.sort(),
+    cut
+      .map(({ id }, i) => `stream cut off: leaf ${cutStarts[i]} (${id}), started ${String(entries[cutStarts[i]].time)}, no end entry`)
+      .sort(),
+    'the verifier names the cut-off streams, and only them',
   );
-  t.match(r.out, /ok: 2 streams started; 1 of them have their end entry/);
+  t.match(r.out, /ok: 5 streams started; 2 of them have their end entry/);
   const onAppliance = cli(['audit', 'verify', '--data-dir', dataDir, '--key', join(work, 'public-key.pem')]);
   t.equal(onAppliance.code, 0, onAppliance.stdout + onAppliance.stderr);
-  t.match(onAppliance.stdout, `stream cut off: leaf ${cutStart} (${cutId})`, 'sovereign audit verify reports it too');
+  for (const [i, { id }] of cut.entries())
+    t.match(onAppliance.stdout, `stream cut off: leaf ${cutStarts[i]} (${id})`, 'sovereign audit verify reports it too');
 });
 
 t.test('a call naming a model that does not exist records the name it asked for, with an ID in it scrubbed and cut to 256', async (t) => {
