@@ -62,6 +62,21 @@ t.test('image.conf: Debian packages for the daemon, the kernel and verity; no co
   t.match(conf.CMDLINE_EXTRA, /(^| )panic=[1-9]\d*( |$)/, 'a panic (a block failing dm-verity) reboots');
 });
 
+t.test('the build says which option lacks its value, and which argument it does not know', async (t) => {
+  for (const option of ['--manifest', '--config', '--models-bundle']) {
+    const r = spawnSync(join(IMAGE_BUILD, 'build'), [option], { encoding: 'utf8' });
+    t.equal(r.status, 2, option);
+    t.equal(r.stderr, `image-build: ${option} needs a value (see --help)\n`);
+  }
+  const unknown = spawnSync(join(IMAGE_BUILD, 'build'), ['--manifets', 'm.json'], { encoding: 'utf8' });
+  t.equal(unknown.status, 2);
+  t.match(unknown.stderr, /unknown argument '--manifets'/);
+  t.match(
+    spawnSync(join(IMAGE_BUILD, 'build'), ['--help'], { encoding: 'utf8' }).stdout,
+    /--manifest FILE +the models manifest sealed in the image/,
+  );
+});
+
 t.test('the disk: ESP, two equal root slots with their verity partitions, the data partition last', async (t) => {
   const dir = tempDir(t);
   const work = join(dir, 'work');
