@@ -2,10 +2,22 @@
 // nothing; other bytes under a model not loaded yet take it out of service and through the checks again; a model
 // whose engine holds its weights, or whose file is removed, is withdrawn until a restart. Each withdrawal is an
 // audit entry.
-import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  mkdirSync,
+  openSync,
+  writeSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { writeTinyGguf } from './fixtures/gguf.js';
+import { tinyGguf, writeTinyGguf } from './fixtures/gguf.js';
 import { entry } from './fixtures/models.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { modelsProbe } from './helpers/models.js';
@@ -156,4 +168,40 @@ t.test('after a restart the restored file is verified and served again', async (
   );
   t.pass('listed');
   t.equal(await again.stop(), 0);
+});
+
+t.test('a loaded model serves the weights it verified, whatever is written into its file afterwards', async (t) => {
+  // No rescan to withdraw it: only what the engine holds decides what it serves.
+  const own = tempDir(t);
+  mkdirSync(join(own, 'models'));
+  const embed = writeTinyGguf(join(own, 'models', 'embed.gguf'), { seed: 51, embedding: 32, heads: 2 });
+  const otherWeights = tinyGguf({ seed: 52, embedding: 32, heads: 2 }).bytes;
+  t.equal(otherWeights.length, embed.size, 'the same shape and size, other weights');
+  writeFileSync(join(own, 'manifest.json'), JSON.stringify({ models: [entry('embed', 'embed.gguf', 'embeddings', embed)] }));
+  const ownConfig = join(own, 'config.json');
+  const ownData = join(own, 'data');
+  writeFileSync(
+    ownConfig,
+    JSON.stringify({
+      dataDir: ownData,
+      modelsDir: join(own, 'models'),
+      manifest: join(own, 'manifest.json'),
+      models: { rescanSeconds: 0 },
+    }),
+  );
+  const ownKey = createKey(ownData);
+  const d = await startDaemon(t, ['--config', ownConfig]);
+  const probe = modelsProbe(d.baseURL, ownKey.secret);
+  await probe.until('embed ready', 30_000, async () =>
+    (await probe.health()).models.some((m) => m.id === 'embed' && m.readiness === 'ready') ? true : undefined,
+  );
+  const vector = async () =>
+    (await probe.client.embeddings.create({ model: 'embed', input: 'the same words', encoding_format: 'float' })).data[0].embedding;
+  const before = await vector();
+  // Written into the same file (same inode), as a careless copy or an attacker with write access would.
+  const fd = openSync(join(own, 'models', 'embed.gguf'), 'r+');
+  writeSync(fd, otherWeights, 0, otherWeights.length, 0);
+  closeSync(fd);
+  t.same(await vector(), before, 'the same vector: the weights are the daemon’s own copy, not the file’s pages');
+  t.equal(await d.stop(), 0);
 });

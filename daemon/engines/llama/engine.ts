@@ -79,7 +79,9 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
   ) {}
 
   async load(entry: ManifestEntry, path: string): Promise<void> {
-    const model = await this.llama.loadModel({ modelPath: path, gpuLayers: this.options.gpu === 'off' ? 0 : 'auto' });
+    // The weights are read into the daemon's own memory, not mapped: a mapped file's pages are the file's, so bytes
+    // written into it after it was verified would reach the weights served (docs/models.md).
+    const model = await this.llama.loadModel({ modelPath: path, gpuLayers: this.options.gpu === 'off' ? 0 : 'auto', useMmap: false });
     try {
       const contextSize = servingContextOf(entry);
       const label = `The model '${entry.id}'`;
