@@ -286,10 +286,11 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   const entries = admin.getByTestId('entries');
   await entries.locator('tbody tr').first().waitFor();
   await admin.getByTestId('kind-filter').selectOption('boot');
-  await entries.locator('tbody tr[data-kind="boot"]').first().waitFor();
+  await admin.locator('[data-testid="entries"][data-filter="boot"]').waitFor();
   t.equal(await entries.locator('tbody tr:not([data-kind="boot"])').count(), 0, 'only boot entries are listed');
   t.match((await entries.locator('tbody tr').first().textContent())!, /config_sha256/);
   await admin.getByTestId('kind-filter').selectOption('key.created');
+  await admin.locator('[data-testid="entries"][data-filter="key.created"]').waitFor();
   await entries.locator(`tbody tr[data-kind="key.created"]:has-text("${ops.id}")`).waitFor();
   t.equal(await entries.locator('tbody tr:not([data-kind="key.created"])').count(), 0, 'only key.created entries are listed');
   t.notMatch((await entries.textContent())!, /sk-sov-/, 'no secret on the page');

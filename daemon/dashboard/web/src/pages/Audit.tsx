@@ -71,13 +71,19 @@ const kindOf = (entry: Record<string, unknown>) => (typeof entry.kind === 'strin
 /** The newest entries of the log, of every kind or of the one chosen. */
 function Entries() {
   const [kind, setKind] = useState('');
-  const [page, setPage] = useState<EntryPage | null>(null);
+  // The page names the filter it was fetched for (the table's data-filter), and an answer for a filter no longer
+  // chosen is dropped: a slow answer must not replace a newer one.
+  const [page, setPage] = useState<(EntryPage & { filter: string }) | null>(null);
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
+    let chosen = true;
     setError(null);
     dash<EntryPage>('GET', `/audit/entries?limit=50${kind ? `&kind=${encodeURIComponent(kind)}` : ''}`)
-      .then(setPage)
-      .catch((err) => setError(messageOf(err)));
+      .then((fetched) => chosen && setPage({ ...fetched, filter: kind }))
+      .catch((err) => chosen && setError(messageOf(err)));
+    return () => {
+      chosen = false;
+    };
   }, [kind]);
   return (
     <>
@@ -95,7 +101,7 @@ function Entries() {
         </select>
       </label>
       {page && (
-        <table data-testid="entries" class="entries">
+        <table data-testid="entries" data-filter={page.filter} class="entries">
           <thead>
             <tr>
               <th scope="col">#</th>
