@@ -43,8 +43,14 @@ t.test('unknown keys are rejected by name, nested ones too', async (t) => {
 });
 
 t.test('wrong types and values name the key', async (t) => {
-  const file = write('types.json', { posture: 'mainframe', listen: { port: 'eighty' }, limits: { maxInFlight: 0 } });
+  const file = write('types.json', {
+    posture: 'mainframe',
+    listen: { port: 'eighty' },
+    limits: { maxInFlight: 0 },
+    documents: { pdf: { memoryMb: 128 } },
+  });
   const problems = problemsOf(() => loadConfig({ config: file }, {})).join('\n');
+  t.match(problems, /'documents\.pdf\.memoryMb' must be >= 256/, 'a PDF budget too small to read any PDF');
   t.match(problems, /'posture' must be one of device, appliance, cloud, frontier/);
   t.match(problems, /'listen\.port' must be integer/);
   t.match(problems, /'limits\.maxInFlight' must be >= 1/);

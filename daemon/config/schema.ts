@@ -273,7 +273,8 @@ export const configSchema = {
             workers: positiveInt('PDFs read at once, each in a worker thread of its own; 0: half the cores, 1 to 4.', 0, 64),
             queue: positiveInt('PDF uploads that may wait for a worker; the next gets 503 server_overloaded.', 0, 10_000),
             timeoutMs: positiveInt('Time one PDF may take to read, in ms; a slower one is stopped and gets 400.', 100, 3_600_000),
-            memoryMb: positiveInt('Memory one PDF may take while it is read, in MiB; past it the upload gets 413.', 128, 65_536),
+            // Below 256, pdf.js itself leaves a plain one-page PDF no room: every upload would get 413.
+            memoryMb: positiveInt('Memory one PDF may take while it is read, in MiB; past it the upload gets 413.', 256, 65_536),
           },
         },
       },
