@@ -121,6 +121,15 @@ export async function importModel(options: {
     rmSync(temporary, { force: true });
     throw new ImportError(`'${entry.id}' was imported before with SHA-256 ${pin.sha256}; this file is ${sha256}. Nothing was imported.`);
   }
+  // The header was checked on the source, before copying; the copy is what is served (and, unpinned, what its checksum
+  // is recorded for), and the source could have changed in between.
+  const copied = await notTheModel(entry, temporary);
+  if (copied !== null) {
+    rmSync(temporary, { force: true });
+    throw new ImportError(
+      `${basename(source)} changed while it was copied and is no longer '${entry.id}': ${copied}. Nothing was imported.`,
+    );
+  }
   renameSync(temporary, destination);
   const dirFd = openSync(modelsDir, 'r');
   try {

@@ -2,7 +2,7 @@
 // Any write to the file changes its ctime, which (unlike mtime, which `touch -r` puts back) no user can set: the
 // kernel stamps it on every change of content or metadata. So a byte flipped in place always forces a rehash.
 import { createHash } from 'node:crypto';
-import { constants, createReadStream, statSync, type BigIntStats } from 'node:fs';
+import { constants, statSync, type BigIntStats } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
@@ -76,19 +76,12 @@ async function hashHandle(file: FileHandle, total: number, onProgress?: Progress
 }
 
 export async function hashFile(path: string, onProgress?: Progress): Promise<string> {
-  const total = statSync(path).size;
-  const hash = createHash('sha256');
-  let done = 0;
-  let lastReport = 0;
-  for await (const chunk of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 })) {
-    hash.update(chunk as Buffer);
-    done += (chunk as Buffer).length;
-    if (onProgress && (done - lastReport > 256 * 1024 * 1024 || done === total)) {
-      lastReport = done;
-      onProgress(done, total);
-    }
+  const file = await openModelFile(path);
+  try {
+    return await hashHandle(file, (await file.stat()).size, onProgress);
+  } finally {
+    await file.close();
   }
-  return hash.digest('hex');
 }
 
 export class ModelVerifier {
