@@ -120,22 +120,20 @@ export class Accounts {
     const problem = passwordProblem(password);
     if (problem) throw new AccountsError('invalid', problem);
     const passwordHash = await hashPassword(password);
-    return this.users.transactionSync(() => {
-      const user = this.user(id);
-      if (!user) throw new AccountsError('not_found', 'No such account.');
-      const next = { ...user, passwordHash };
-      this.users.putSync(id, next);
-      inTransaction?.(next);
-      return next;
-    });
+    return this.change(id, { passwordHash }, inTransaction);
   }
 
   /** Makes the account an administrator (every project) or a member (its own projects). */
   setRole(id: string, role: Role, inTransaction?: (user: UserRecord) => void): UserRecord {
+    return this.change(id, { role }, inTransaction);
+  }
+
+  /** Writes `fields` into the account, and runs `inTransaction` (its audit event) in the same transaction. */
+  private change(id: string, fields: Partial<UserRecord>, inTransaction?: (user: UserRecord) => void): UserRecord {
     return this.users.transactionSync(() => {
       const user = this.user(id);
       if (!user) throw new AccountsError('not_found', 'No such account.');
-      const next = { ...user, role };
+      const next = { ...user, ...fields };
       this.users.putSync(id, next);
       inTransaction?.(next);
       return next;
