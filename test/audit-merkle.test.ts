@@ -532,7 +532,7 @@ t.test("the daemon's journal is where audit.journalDir says (here from SOVEREIGN
       return { content: req.messages.at(-1)?.content ?? '', toolCalls: [], finishReason: 'stop', usage };
     },
   };
-  const { baseURL, secret } = await startStandInApp(t, { echo: { engine: echo } }, {}, { SOVEREIGN_AUDIT_JOURNAL_DIR: dir }, true);
+  const { baseURL, secret } = await startStandInApp(t, { echo: { engine: echo } }, {}, { SOVEREIGN_AUDIT_JOURNAL_DIR: dir });
   const res = await fetch(`${baseURL}/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },

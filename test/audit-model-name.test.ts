@@ -2,7 +2,7 @@
 // the log, so scrubbed as a prompt is and cut to 256 characters. Only the first 1,024 characters are read; a value
 // those cut in two must not reach the log in part (a national ID less its check digit is the whole ID).
 import t from 'tap';
-import { loggedModelName, LOGGED_MODEL_NAME } from '../daemon/http/audit.js';
+import { loggedModelName, LOGGED_MODEL_NAME } from '../daemon/http/stages/audit.js';
 
 const NATIONAL_ID = '1012345672';
 const IBAN = 'SA4420000001234567891234';

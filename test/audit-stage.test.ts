@@ -25,13 +25,13 @@ async function call(baseURL: string, secret: string, stream: boolean): Promise<R
 }
 
 t.test('a call the audit log cannot record gets 503 audit_unavailable, never its result', async (t) => {
-  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: speaker } }, {}, {}, true);
+  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: speaker } });
   const ok = await call(baseURL, secret, false);
   t.equal(ok.status, 200, 'recorded while the log works');
   t.match(ok.headers.get('x-audit-leaf'), /^\d+$/);
   t.match(await ok.text(), ANSWER);
 
-  await audit!.log.close();
+  await audit.log.close();
   const refused = await call(baseURL, secret, false);
   t.equal(refused.status, 503);
   t.equal(refused.headers.get('retry-after'), '5');
@@ -43,8 +43,8 @@ t.test('a call the audit log cannot record gets 503 audit_unavailable, never its
 });
 
 t.test('a stream whose start the log cannot record is refused with 503 audit_unavailable: not a byte of it leaves', async (t) => {
-  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: speaker } }, {}, {}, true);
-  await audit!.log.close();
+  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: speaker } });
+  await audit.log.close();
   const res = await call(baseURL, secret, true);
   t.equal(res.status, 503);
   t.equal(res.headers.get('retry-after'), '5');
@@ -68,7 +68,7 @@ t.test('a stream whose end the log cannot record ends with an audit_unavailable 
       return { content: `first ${ANSWER}`, toolCalls: [], finishReason: 'stop', usage };
     },
   };
-  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: waiting } }, {}, {}, true);
+  const { baseURL, secret, audit } = await startStandInApp(t, { speaker: { engine: waiting } });
   const res = await call(baseURL, secret, true);
   t.equal(res.status, 200, 'the start was recorded: the stream began');
   const reader = res.body!.getReader();
@@ -80,7 +80,7 @@ t.test('a stream whose end the log cannot record ends with an audit_unavailable 
     if (r.done) break;
     text += decoder.decode(r.value);
   }
-  await audit!.log.close();
+  await audit.log.close();
   release();
   for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value);
   t.notMatch(text, /x-audit-leaf/, 'no leaf is named');
@@ -98,7 +98,7 @@ t.test(
   async (t) => {
     const disk = await smallDisk(t, 1024 * 1024);
     const journal = { SOVEREIGN_AUDIT_JOURNAL_DIR: `${disk.here}/journal` };
-    const { baseURL, secret } = await startStandInApp(t, { speaker: { engine: speaker } }, {}, journal, true);
+    const { baseURL, secret } = await startStandInApp(t, { speaker: { engine: speaker } }, {}, journal);
     const health = () => fetch(`${baseURL}/health`, { headers: { authorization: `Bearer ${secret}` } });
     const before = await health();
     t.equal(before.status, 200);
@@ -148,15 +148,13 @@ t.test("a stream's last events wait for its entry and leave with [DONE]; its tex
       throw new Error('the engine broke');
     },
   };
-  const { baseURL, secret, audit } = await startStandInApp(
-    t,
-    { speaker: { engine: speaker }, caller: { engine: caller }, failing: { engine: failing } },
-    {},
-    {},
-    true,
-  );
+  const { baseURL, secret, audit } = await startStandInApp(t, {
+    speaker: { engine: speaker },
+    caller: { engine: caller },
+    failing: { engine: failing },
+  });
   // Every entry takes 800 ms to be written; when it was is noted.
-  const log = audit!.log;
+  const log = audit.log;
   const append = log.appendCanonical.bind(log);
   let writtenAt = Infinity;
   log.appendCanonical = (json: string) =>

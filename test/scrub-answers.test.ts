@@ -143,12 +143,12 @@ t.test('scrub.output false passes answers as the model wrote them (prompts are s
 });
 
 t.test('a streamed answer is audited when it ends: the digest of what was sent, both redaction counts, its leaf', async (t) => {
-  const { baseURL, secret, audit } = await startStandInApp(t, { teller: { engine: teller } }, {}, {}, true);
+  const { baseURL, secret, audit } = await startStandInApp(t, { teller: { engine: teller } });
   script.pieces = [`your id is ${nid2}`, ' and that is all'];
-  await auditedStream(t, baseURL, secret, audit!);
+  await auditedStream(t, baseURL, secret, audit);
   // A long answer's events are hashed in several parts along the way: the digest is still that of all that was sent.
   script.pieces = [`your id is ${nid2}`, ...Array.from({ length: 400 }, (_, i) => ` line ${i} of a long answer, in many pieces.`)];
-  t.ok((await auditedStream(t, baseURL, secret, audit!)) > 16 * 1024, 'more than 16 K characters streamed');
+  t.ok((await auditedStream(t, baseURL, secret, audit)) > 16 * 1024, 'more than 16 K characters streamed');
 });
 
 async function auditedStream(

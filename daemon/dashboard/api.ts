@@ -23,14 +23,15 @@ import { describeLog, findByRequestId, receiptOf } from '../audit/receipts.js';
 import { entriesOfKind } from '../audit/kinds.js';
 import { isSovereign, usesTls, type Config } from '../config/index.js';
 import { ApiError } from '../errors/index.js';
-import { healthReport } from '../health/index.js';
+import { healthReport, type HealthSources } from '../health/index.js';
 import { keyCreatedFields, KeysError, type KeyView } from '../keys/index.js';
 import { Gcra, planLimits } from '../limits/index.js';
 import { OFFLOAD_FROM, SCRUB_BODY, ScrubSession, scrubOffLoop } from '../scrub/index.js';
 import type { PipelineDeps } from '../http/pipeline.js';
+import type { Store } from '../store/index.js';
 import { cookieNames, parseCookies, serializeCookie } from './cookies.js';
 
-export type DashboardDeps = PipelineDeps & { accounts: Accounts };
+export type DashboardDeps = PipelineDeps & Required<HealthSources> & { accounts: Accounts; store: Store };
 
 /** The offline verifier, shipped beside dist/ (tools/verify-anchors.mjs). */
 const VERIFIER = join(import.meta.dirname, '..', '..', 'tools', 'verify-anchors.mjs');

@@ -3,7 +3,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors/index.js';
-import { sha256Hex } from './audit.js';
+import { sha256Hex } from './stages/audit.js';
 
 export function registerJsonBody(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');

@@ -14,8 +14,11 @@ export interface CallContext {
   quota: KeyQuota | null;
   /** Set by the resolve-model stage for routes that name a model. */
   model: ServedModel | null;
-  /** Tokens reserved against the key's token limit, settled when the call ends. */
-  reservedTokens: number;
+  /**
+   * Tokens reserved against the key's token limit, settled when the call ends: a promise while the shared limiter has
+   * not answered (0 if it refused).
+   */
+  reservedTokens: number | Promise<number>;
   /** Tokens the call really used, reported by the handler. */
   usedTokens: number | null;
   /** Of those, the tokens the model generated (the rest are input). */

@@ -1,3 +1,3 @@
-export { buildApp, type AppOptions } from './server.js';
+export { buildApp, type AppDeps, type AppOptions } from './server.js';
 export type { DaemonState, PipelineDeps } from './pipeline.js';
 export { stopSchemaChecks } from './answer-schema.js';

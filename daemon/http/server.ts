@@ -3,29 +3,42 @@
 import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { registerDashboard, type DashboardDeps } from '../dashboard/index.js';
 import { lazyChildLogger } from '../log/index.js';
 import { ApiError } from '../errors/index.js';
-import { registerAuditStage } from './audit.js';
+import type { Store } from '../store/index.js';
 import { registerJsonBody } from './body.js';
-import { BodyIdleWatch } from './body-idle.js';
-import { ReaderIdleWatch } from './reader-idle.js';
-import { clientGone, sendError, toApiError, writeClientError, writeResponseError, writeSocketError } from './errors.js';
-import { identifyStage, registerStages, v1Stages, type PipelineDeps, type Stage } from './pipeline.js';
-import { settleRefusedBody } from './refused-body.js';
-import { registerAuditRoutes } from './routes/audit.js';
-import { registerChatRoute } from './routes/chat.js';
-import { registerDocumentRoutes } from './routes/documents.js';
-import { registerEmbeddingsRoute } from './routes/embeddings.js';
-import { registerImageRoutes } from './routes/images.js';
-import { registerLivenessRoute, registerServiceRoutes } from './routes/service.js';
-import { registerTranscriptionRoute } from './routes/transcriptions.js';
+import { clientGone, sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
+import { pipeline, type PipelineDeps } from './pipeline.js';
+import { registerStages } from './stage.js';
+import { registerAuditRoutes, type AuditRouteDeps } from './routes/audit.js';
+import { registerChatRoute, type ChatRouteDeps } from './routes/chat.js';
+import { registerDocumentRoutes, type DocumentRouteDeps } from './routes/documents.js';
+import { registerEmbeddingsRoute, type EmbeddingsRouteDeps } from './routes/embeddings.js';
+import { registerImageRoutes, type ImageRouteDeps } from './routes/images.js';
+import { registerLivenessRoute, registerServiceRoutes, type ServiceRouteDeps } from './routes/service.js';
+import { registerTranscriptionRoute, type TranscriptionRouteDeps } from './routes/transcriptions.js';
 import './context.js';
+
+/** Everything the app serves from: the pipeline's deps and each plugin's. */
+export type AppDeps = PipelineDeps &
+  ServiceRouteDeps &
+  ChatRouteDeps &
+  EmbeddingsRouteDeps &
+  AuditRouteDeps &
+  DocumentRouteDeps &
+  TranscriptionRouteDeps &
+  ImageRouteDeps &
+  DashboardDeps & {
+    /** Told of a write that failed for a full disk, so that health says why until one succeeds again. */
+    store: Store;
+  };
 
 export interface AppOptions {
   https?: { cert: Buffer; key: Buffer };
-  logger: FastifyServerOptions['logger'];
+  /** The daemon's logger (log/index.ts createLogger): it exists before the app. */
+  log: FastifyBaseLogger;
 }
 
 /** Random bytes for request ids, drawn from the CSPRNG 256 ids at a time. */
@@ -46,12 +59,12 @@ function newRequestId(): string {
   return `req_${id}`;
 }
 
-export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstance {
+export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
   const { config } = deps;
   // Node answers a request without Host with a bare 400 of its own; we answer everything ourselves.
   const app = Fastify({
     ...(options.https ? { https: { ...options.https, requireHostHeader: false } } : { http: { requireHostHeader: false } }),
-    logger: options.logger,
+    loggerInstance: options.log,
     childLoggerFactory: lazyChildLogger,
     logController: new LogController({ disableRequestLogging: !config.log.requests }),
     bodyLimit: config.limits.bodyBytes,
@@ -73,16 +86,12 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   registerJsonBody(app);
-  registerStages(app, [identifyStage(deps), watchBodyStage(app, deps), watchReaderStage(app, deps)]);
+  const stages = pipeline(deps, app);
+  registerStages(
+    app,
+    stages.filter((s) => s.scope === 'every response').map((s) => s.stage),
+  );
   guardServer(app, deps);
-  closeConnectionsAsCallsEnd(app, deps);
-
-  // A response sent before its request body was read closes the connection once the rest of the body, within bounds,
-  // has been read and thrown away (refused-body.ts).
-  app.addHook('onSend', (request, reply, payload, done) => {
-    settleRefusedBody(request, reply);
-    done(null, payload);
-  });
 
   // Path → methods, to tell "wrong method" (405) from "no such route" (404).
   const methodsByPath = new Map<string, Set<string>>();
@@ -98,7 +107,7 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
     const apiError = request.call?.cutOff ?? toApiError(error, config.limits.bodyBytes);
     // Health says why writes fail until one succeeds again.
     if (apiError.code === 'storage_unavailable')
-      deps.store?.writes.note(error, `${request.method} ${request.routeOptions.url ?? request.url}`);
+      deps.store.writes.note(error, `${request.method} ${request.routeOptions.url ?? request.url}`);
     if (clientGone(request)) request.log.info({ code: apiError.code }, 'the client closed the connection before its answer');
     else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, 'unhandled error');
     return sendError(request, reply, apiError);
@@ -127,30 +136,13 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   registerLivenessRoute(app);
-  if (deps.accounts) registerDashboard(app, deps as DashboardDeps);
+  registerDashboard(app, deps);
   void app.register(
     async (v1) => {
-      registerStages(v1, v1Stages(deps));
-      registerAuditStage(v1, deps);
-      const usage = deps.usage;
-      if (usage) {
-        v1.addHook('onResponse', (request, reply, done) => {
-          const principal = request.call.principal;
-          if (principal) {
-            const route = request.routeOptions.url ?? 'unknown';
-            usage.record(principal.keyId, route, reply.statusCode);
-            // Tokens are final once the engine has stopped (an abandoned call's engine reports after its response).
-            const call = request.call;
-            const tokens = () => {
-              if (call.usedTokens)
-                usage.recordTokens(principal.keyId, route, call.usedTokens - call.completionTokens, call.completionTokens);
-            };
-            if (call.engineWork) void call.engineWork.then(tokens, tokens);
-            else tokens();
-          }
-          done();
-        });
-      }
+      registerStages(
+        v1,
+        stages.filter((s) => s.scope === '/v1').map((s) => s.stage),
+      );
       registerServiceRoutes(v1, deps);
       registerChatRoute(v1, deps);
       registerEmbeddingsRoute(v1, deps);
@@ -164,71 +156,8 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   return app;
 }
 
-/**
- * While draining, a connection carries no call once its call has ended: it is closed then, not left open until its
- * keep-alive timeout (the openai SDK keeps its connections), so the drain ends with the last call. Node closes only
- * the connections idle when the server stops listening; one whose response was still going out becomes idle later.
- */
-function closeConnectionsAsCallsEnd(app: FastifyInstance, deps: PipelineDeps): void {
-  app.addHook('onResponse', (_request, _reply, done) => {
-    // Idle: the request read whole and its response finished. A pipelined request's response is not finished.
-    if (deps.state.draining) app.server.closeIdleConnections();
-    done();
-  });
-}
-
-/**
- * Watches every request body as it arrives (body-idle.ts): one that goes timeouts.bodyIdleMs without a byte gets 408
- * in OpenAI's shape, with the call's own headers, and its connection is closed once that has gone out.
- */
-function watchBodyStage(app: FastifyInstance, deps: PipelineDeps): Stage {
-  const idleMs = deps.config.timeouts.bodyIdleMs;
-  const watch = new BodyIdleWatch(idleMs, (request) => {
-    const error = new ApiError(
-      'request_timeout',
-      `The request body stopped arriving: nothing came for ${idleMs / 1000} s (timeouts.bodyIdleMs). Send the whole body without pausing.`,
-    );
-    request.call.cutOff = error;
-    request.log.info({ idleMs }, 'a request body stopped arriving; the connection is closed');
-    const socket = request.raw.socket;
-    writeSocketError(socket, 408, 'Request Timeout', error, { ...deps.fixedHeaders, 'X-Request-Id': request.id });
-    // Once the answer has gone; a client that reads nothing at all is not waited for long.
-    const destroy = () => socket.destroy();
-    socket.once('finish', destroy);
-    setTimeout(destroy, 1000).unref();
-  });
-  app.addHook('onClose', (_instance, done) => {
-    watch.close();
-    done();
-  });
-  return { name: 'watch body', hook: 'onRequest', run: (request, reply) => watch.watch(request, reply) };
-}
-
-/**
- * Watches every connection once it carries a call (reader-idle.ts): one whose answer waits timeouts.readerIdleMs on a
- * client that reads none of it is closed, which ends its call.
- */
-function watchReaderStage(app: FastifyInstance, deps: PipelineDeps): Stage {
-  const idleMs = deps.config.timeouts.readerIdleMs;
-  const watch = new ReaderIdleWatch(idleMs, (socket) => {
-    app.log.info({ idleMs, waitingBytes: socket.writableLength }, 'a client stopped reading its answer; the connection is closed');
-    // A reset, where the connection allows one: the kernel drops what it still held for the client at once, and the
-    // client learns that its answer was cut rather than waiting for the rest.
-    try {
-      socket.resetAndDestroy();
-    } catch {
-      socket.destroy();
-    }
-  });
-  app.addHook('onClose', (_instance, done) => {
-    watch.close();
-    done();
-  });
-  return { name: 'watch reader', hook: 'onRequest', run: (request) => watch.watch(request.raw.socket) };
-}
-
 /** Node-level events fastify does not route: they still get our headers and error shape. */
-function guardServer(app: FastifyInstance, deps: PipelineDeps): void {
+function guardServer(app: FastifyInstance, deps: AppDeps): void {
   const server = app.server;
   const headers = () => ({ ...deps.fixedHeaders, 'X-Request-Id': newRequestId() });
   // The whole request, body included, must arrive within timeouts.requestMs (Node would otherwise wait for

@@ -3,6 +3,7 @@
 // pipe), the line is dropped rather than thrown into a request or a signal handler.
 import { writeSync } from 'node:fs';
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify';
+import { pino, type DestinationStream, type LoggerOptions } from 'pino';
 import type { LogLevel } from '../config/index.js';
 
 export const REDACTED_PATHS = ['req.headers.authorization', 'req.headers.cookie', 'headers.authorization', 'secret', '*.secret'];
@@ -19,6 +20,17 @@ const stdoutLines = {
 
 export function loggerOptions(level: LogLevel): FastifyServerOptions['logger'] {
   return { level, redact: { paths: REDACTED_PATHS, censor: '[redacted]' }, base: { service: 'sovereign' }, stream: stdoutLines };
+}
+
+/**
+ * The daemon's logger, made before anything that logs (the audit log opens before the HTTP app exists) and handed to
+ * fastify as its instance. Takes what fastify's `logger` option takes: options (with `stream`, as fastify reads them),
+ * or false for a logger that logs nothing.
+ */
+export function createLogger(options: FastifyServerOptions['logger']): FastifyBaseLogger {
+  if (!options || options === true) return pino({ level: options ? 'info' : 'silent' }) as unknown as FastifyBaseLogger;
+  const { stream, ...rest } = options as LoggerOptions & { stream?: DestinationStream };
+  return pino(rest, stream) as unknown as FastifyBaseLogger;
 }
 
 type Bindings = Parameters<FastifyBaseLogger['child']>[0];

@@ -7,12 +7,12 @@ import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';
-import { buildApp, stopSchemaChecks, type DaemonState, type PipelineDeps } from '../http/index.js';
+import { buildApp, stopSchemaChecks, type DaemonState } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
 import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore, shareSizes } from '../limits/index.js';
-import { loggerOptions } from '../log/index.js';
+import { createLogger, loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog } from '../models/index.js';
 import { scannerKind, stopScrubWorker } from '../scrub/index.js';
 import { absorbCommitFailures, openStore } from '../store/index.js';
@@ -63,17 +63,16 @@ export async function startDaemon(
     throw err;
   }
   const state: DaemonState = { draining: false, startedAt: Date.now() };
+  // Made first: the audit log and the stores log before the HTTP app exists, and the app logs through it too.
+  const log = createLogger(logger);
   // A full disk fails lmdb's commits, and lmdb's own promises for them would reject unhandled: noted, not fatal.
   const stopAbsorbing = absorbCommitFailures((err) => {
-    if (!store.writes.state)
-      app.log.error({ err: err.message }, 'a database commit failed; calls that write get 503 until it takes writes');
+    if (!store.writes.state) log.error({ err: err.message }, 'a database commit failed; calls that write get 503 until it takes writes');
     store.writes.note(err, 'a database commit');
   });
 
   const catalog = new ModelCatalog();
   const engines = new EngineRegistry();
-  // Logged through the app's logger once it exists (nothing is logged before it does).
-  const laterLog = { info: (o: object, m: string) => app.log.info(o, m), warn: (o: object, m: string) => app.log.warn(o, m) };
   const limitStore =
     config.limits.store === 'redis' && config.limits.redis
       ? new RedisLimitStore(
@@ -83,69 +82,49 @@ export async function startDaemon(
             timeoutMs: config.limits.redis.timeoutMs ?? 500,
             ...(config.limits.redis.passwordFile ? { passwordFile: config.limits.redis.passwordFile } : {}),
           },
-          laterLog,
+          log,
         )
       : new MemoryLimitStore();
-  const deps: PipelineDeps = {
-    config,
-    keys: new KeyRegistry(store),
-    limits: new KeyLimits(limitStore, laterLog),
-    gate: new InFlightGate(config.limits.maxInFlight, shareSizes(config.limits)),
-    catalog,
-    engines,
-    state,
-    fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
-    accounts: new Accounts(store),
+  const usage = new UsageMeter(
     store,
-    usage: new UsageMeter(
-      store,
-      (err) => {
-        // Once per failure, not at every flush while the disk stays full.
-        if (!store.writes.state) app.log.error({ err: err.message }, 'usage counts could not be written; they are kept for the next try');
-        store.writes.note(err, 'the usage counts');
-      },
-      config.usage.billingDays,
-    ),
-  };
-  deps.usage!.start();
-  const app = buildApp(deps, { logger, ...(https ? { https } : {}) });
+    (err) => {
+      // Once per failure, not at every flush while the disk stays full.
+      if (!store.writes.state) log.error({ err: err.message }, 'usage counts could not be written; they are kept for the next try');
+      store.writes.note(err, 'the usage counts');
+    },
+    config.usage.billingDays,
+  );
+  usage.start();
   // Taken (and the variables removed) before any program is started, so that none inherits them.
   const passed = passedListenFd();
-  if (passed && passed.count > 1) app.log.warn({ sockets: passed.count }, 'systemd passed several sockets; serving on the first');
+  if (passed && passed.count > 1) log.warn({ sockets: passed.count }, 'systemd passed several sockets; serving on the first');
   const passedFd = passed?.fd ?? null;
   // Before anything else can reach out (the TPM signer, the engines): on sealed postures every attempt is refused.
   const boots = new BootLog(store);
-  deps.boots = boots.report;
-  const events = new AuditEvents(app.log, boots.report.boots);
-  const egress = new EgressService(config, store, app.log, (attempt) => events.egressRefused(attempt));
+  const events = new AuditEvents(log, boots.report.boots);
+  const egress = new EgressService(config, store, log, (attempt) => events.egressRefused(attempt));
   egress.start();
-  deps.egress = egress;
   if (boots.report.previous_stop === 'crash') {
-    app.log.warn({ boots: boots.report.boots, crashes: boots.report.crashes }, 'the previous run did not stop cleanly');
+    log.warn({ boots: boots.report.boots, crashes: boots.report.crashes }, 'the previous run did not stop cleanly');
   }
-  const notifier = systemdNotifier(app.log);
+  const notifier = systemdNotifier(log);
   const documents = new DocumentLibrary(store, {
     chunksPerDocument: config.documents.maxChunksPerDocument,
     documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
     vectorsDir: join(config.dataDir, 'vectors'),
-    log: app.log,
+    log,
     pdf: config.documents.pdf,
   });
-  deps.documents = documents;
-  const images = new ImageFiles(join(config.dataDir, 'images'), config.images.urlTtlSeconds * 1000, app.log);
-  deps.images = images;
+  const images = new ImageFiles(join(config.dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
 
+  let app: FastifyInstance | undefined;
   let audit: AuditService | undefined;
   let upstreams: UpstreamsRuntime | undefined;
   try {
     // Their models are listed once their first health check answers; every connection goes through the egress guard.
-    upstreams = startUpstreams({ config, manifest, catalog, engines, log: app.log });
-    deps.upstreams = upstreams;
+    upstreams = startUpstreams({ config, manifest, catalog, engines, log });
     if (limitStore instanceof RedisLimitStore) await limitStore.start();
-    // Before listening (the /v1 routes are registered when the app starts, and read deps.audit then): no call is
-    // ever answered without the audit log.
-    audit = await AuditService.open(config, store, app.log);
-    deps.audit = audit;
+    audit = await AuditService.open(config, store, log);
     // Before any call: the CLI's waiting events, then this start's entry.
     await events.opened(audit, store, {
       config,
@@ -153,12 +132,34 @@ export async function startDaemon(
       previousStop: boots.report.previous_stop,
       signer: audit.checkpoints?.signer ?? null,
     });
+    app = buildApp(
+      {
+        config,
+        keys: new KeyRegistry(store),
+        limits: new KeyLimits(limitStore, log),
+        gate: new InFlightGate(config.limits.maxInFlight, shareSizes(config.limits)),
+        catalog,
+        engines,
+        state,
+        fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
+        audit,
+        usage,
+        accounts: new Accounts(store),
+        store,
+        documents,
+        images,
+        egress,
+        boots: boots.report,
+        upstreams,
+      },
+      { log, ...(https ? { https } : {}) },
+    );
     // A socket systemd passed (socket activation) is already bound; listen() takes it over.
     if (passedFd !== null) await app.listen({ fd: passedFd, host: '0.0.0.0' } as unknown as { port: number; host: string });
     else await app.listen({ host: listenHost(config), port: config.listen.port });
   } catch (err) {
-    await app.close();
-    await deps.usage?.close();
+    await app?.close();
+    await usage.close();
     images.close();
     await limitStore.close();
     await upstreams?.close();
@@ -178,7 +179,7 @@ export async function startDaemon(
   const boundHost = passedFd !== null && typeof address === 'object' && address ? address.address : listenHost(config);
   const host = boundHost.includes(':') ? `[${boundHost}]` : boundHost;
   const url = `${https ? 'https' : 'http'}://${host}:${port}/v1`;
-  app.log.info(
+  log.info(
     { posture: config.posture, region: config.region, url, dataDir: config.dataDir, scrubScanner: scannerKind },
     'sovereign is serving',
   );
@@ -190,7 +191,7 @@ export async function startDaemon(
     store,
     catalog,
     engines,
-    log: app.log,
+    log,
     onEvent: (event) => {
       const record = (kind: EntryKind, fields: EntryFields) => void events.record(kind, { boot: boots.report.boots, ...fields });
       switch (event.type) {
@@ -207,7 +208,7 @@ export async function startDaemon(
     },
   });
   // Saved vector graphs are checked (and damaged ones rebuilt) in the background; a query waits for its own.
-  const documentsOpened = documents.open().catch((err: Error) => app.log.error({ err: err.message }, 'could not open the vector indexes'));
+  const documentsOpened = documents.open().catch((err: Error) => log.error({ err: err.message }, 'could not open the vector indexes'));
 
   let closing: Promise<{ drained: boolean }> | undefined;
   return {
@@ -226,10 +227,7 @@ export async function startDaemon(
         const outcome = await Promise.race([closed, graceOver]);
         clearTimeout(timer);
         if (outcome === 'timeout') {
-          app.log.warn(
-            { graceMs: config.timeouts.shutdownGraceMs },
-            'in-flight calls did not finish within the grace period; closing them',
-          );
+          log.warn({ graceMs: config.timeouts.shutdownGraceMs }, 'in-flight calls did not finish within the grace period; closing them');
           app.server.closeAllConnections();
           await closed;
         }
@@ -241,19 +239,19 @@ export async function startDaemon(
         await stopSchemaChecks();
         images.close();
         await limitStore.close();
-        await deps.usage?.close();
+        await usage.close();
         // The egress counts and the CLI's last events, then a last checkpoint covering every entry.
         await events.close();
         await audit.close();
         egress.close();
         if (!boots.stopped()) {
-          app.log.warn('the clean stop could not be recorded (the data directory cannot be written); the next start counts a crash');
+          log.warn('the clean stop could not be recorded (the data directory cannot be written); the next start counts a crash');
         }
         // Its last commits may fail on a full disk: nothing acknowledged depends on them (the audit journal has it).
-        await store.close().catch((err: Error) => app.log.warn({ err: err.message }, 'the database closed with writes that failed'));
+        await store.close().catch((err: Error) => log.warn({ err: err.message }, 'the database closed with writes that failed'));
         stopAbsorbing();
         unlock();
-        app.log.info('sovereign stopped');
+        log.info('sovereign stopped');
         return { drained: outcome === 'closed' };
       })();
       return closing;

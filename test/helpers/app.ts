@@ -1,21 +1,30 @@
 // An in-process HTTP app with stand-in chat engines, for tests about the HTTP layer (not about an engine: the real
-// llama.cpp engine has its own tests that run it for real).
+// llama.cpp engine has its own tests that run it for real). Everything else is real, as the daemon composes it: the
+// app cannot be built without its audit log, so every stand-in app records its calls in one (software signer).
+import { join } from 'node:path';
 import type { Test } from 'tap';
-import { loadConfig, type ConfigFlags } from '../../daemon/config/index.js';
-import { EngineRegistry, type ChatEngine } from '../../daemon/engines/index.js';
+import { Accounts } from '../../daemon/accounts/index.js';
 import { AuditService } from '../../daemon/audit/index.js';
-import { buildApp, type PipelineDeps } from '../../daemon/http/index.js';
+import { loadConfig, type ConfigFlags } from '../../daemon/config/index.js';
+import { DocumentLibrary } from '../../daemon/documents/index.js';
+import { EgressService } from '../../daemon/egress/index.js';
+import { EngineRegistry, type ChatEngine } from '../../daemon/engines/index.js';
+import { buildApp } from '../../daemon/http/index.js';
+import { ImageFiles } from '../../daemon/images/index.js';
 import { KeyRegistry } from '../../daemon/keys/index.js';
 import { InFlightGate, KeyLimits } from '../../daemon/limits/index.js';
+import { createLogger } from '../../daemon/log/index.js';
 import { ModelCatalog } from '../../daemon/models/index.js';
+import { BootLog } from '../../daemon/service/boots.js';
 import { openStore } from '../../daemon/store/index.js';
+import { UsageMeter } from '../../daemon/usage/index.js';
 import { tempDir } from './daemon.js';
 
 export interface StandInApp {
   baseURL: string;
   secret: string;
-  /** The audit trail, when the app was started with one. */
-  audit: AuditService | undefined;
+  /** The app's audit log. */
+  audit: AuditService;
 }
 
 /** Serves `engines` (model id → engine) on loopback over plain HTTP until the test ends. */
@@ -24,46 +33,64 @@ export async function startStandInApp(
   engines: Record<string, { engine: ChatEngine; contextTokens?: number }>,
   flags: ConfigFlags = {},
   env: NodeJS.ProcessEnv = {},
-  withAudit = false,
 ): Promise<StandInApp> {
   const dataDir = tempDir(t);
   const { config } = loadConfig({ dataDir, ...flags }, env);
   const store = openStore(dataDir);
+  const log = createLogger(false);
   const keys = new KeyRegistry(store);
   keys.createProject('p');
   const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
   const registry = new EngineRegistry();
   for (const [id, { engine }] of Object.entries(engines)) registry.setChat(id, engine);
-  const deps: PipelineDeps = {
-    config,
-    keys,
-    limits: new KeyLimits(),
-    gate: new InFlightGate(10),
-    catalog: new ModelCatalog(
-      Object.entries(engines).map(([id, { contextTokens }]) => ({
-        id,
-        capability: 'chat' as const,
-        ownedBy: 'test',
-        created: 0,
-        readiness: 'ready' as const,
-        ...(contextTokens ? { contextTokens } : {}),
-      })),
-    ),
-    engines: registry,
-    state: { draining: false, startedAt: Date.now() },
-    fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': 'true' },
-  };
-  const app = buildApp(deps, { logger: false });
-  // As the daemon does: the audit trail exists before the /v1 routes are registered (when the app starts).
-  const audit = withAudit
-    ? await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, app.log)
-    : undefined;
-  deps.audit = audit;
+  const audit = await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, log);
+  const usage = new UsageMeter(store, () => {}, config.usage.billingDays);
+  const images = new ImageFiles(join(dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
+  const app = buildApp(
+    {
+      config,
+      keys,
+      limits: new KeyLimits(),
+      gate: new InFlightGate(10),
+      catalog: new ModelCatalog(
+        Object.entries(engines).map(([id, { contextTokens }]) => ({
+          id,
+          capability: 'chat' as const,
+          ownedBy: 'test',
+          created: 0,
+          readiness: 'ready' as const,
+          ...(contextTokens ? { contextTokens } : {}),
+        })),
+      ),
+      engines: registry,
+      state: { draining: false, startedAt: Date.now() },
+      fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': 'true' },
+      audit,
+      usage,
+      accounts: new Accounts(store),
+      store,
+      documents: new DocumentLibrary(store, {
+        chunksPerDocument: config.documents.maxChunksPerDocument,
+        documentsPerKnowledgeBase: config.documents.maxDocumentsPerKnowledgeBase,
+        vectorsDir: join(dataDir, 'vectors'),
+        log,
+        pdf: config.documents.pdf,
+      }),
+      images,
+      // Not started: no guard is installed in the test's own process.
+      egress: new EgressService(config, store, log, () => {}),
+      boots: new BootLog(store).report,
+      upstreams: { health: () => [] },
+    },
+    { log },
+  );
   // Plain HTTP on loopback whatever the posture: these tests are about the pipeline, not TLS.
   await app.listen({ host: '127.0.0.1', port: 0 });
   t.teardown(async () => {
     await app.close();
-    await audit?.close();
+    images.close();
+    await usage.close();
+    await audit.close();
     await store.close();
   });
   const { port } = app.server.address() as { port: number };

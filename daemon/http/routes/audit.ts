@@ -2,10 +2,16 @@
 // before it) and the key that signs them; with ?leaf=N, one call's receipt: its entry, the checkpoint that covers
 // it and the inclusion proof. Any key may read checkpoints; an entry only by a key of the project that made the call.
 import type { FastifyInstance } from 'fastify';
-import type { AuditCheckpoint } from '../../audit/index.js';
+import type { Config } from '../../config/index.js';
+import type { AuditCheckpoint, AuditService } from '../../audit/index.js';
 import { describeLog, proofText, receiptOf } from '../../audit/receipts.js';
 import { ApiError } from '../../errors/index.js';
-import type { PipelineDeps } from '../pipeline.js';
+
+/** What the audit routes need: the log they read receipts and checkpoints from. */
+export interface AuditRouteDeps {
+  config: Config;
+  audit: AuditService;
+}
 
 interface AnchorsQuery {
   limit?: string;
@@ -21,7 +27,7 @@ const anchorsQuery = {
   properties: { limit: wholeNumber, before: wholeNumber, leaf: wholeNumber },
 } as const;
 
-export function registerAuditRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
+export function registerAuditRoutes(v1: FastifyInstance, deps: AuditRouteDeps): void {
   v1.get<{ Querystring: AnchorsQuery }>(
     '/audit/anchors',
     { schema: { querystring: anchorsQuery }, config: { declaration: { auth: true } } },

@@ -1,5 +1,7 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
 import { createHash } from 'node:crypto';
+import type { EngineRegistry } from '../../engines/index.js';
+import type { Config } from '../../config/index.js';
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -14,11 +16,16 @@ import {
 import { ApiError } from '../../errors/index.js';
 import { joinedParts, JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
-import type { PipelineDeps } from '../pipeline.js';
-import { AUDIT_FAILED_AFTER_STREAM, recordCall, recordStreamStart } from '../audit.js';
+import { AUDIT_FAILED_AFTER_STREAM, recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.js';
 import { stopOnDisconnect } from '../lifetime.js';
 import { answerMatchesSchema, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from '../answer-schema.js';
 import { chatCompletionBody } from './schemas.js';
+
+/** What the chat route needs. */
+export interface ChatRouteDeps extends AuditDeps {
+  config: Config;
+  engines: EngineRegistry;
+}
 
 type ContentPart = { type: string; text?: string };
 
@@ -128,7 +135,7 @@ function usageObject(result: ChatResult) {
   return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
 }
 
-function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
+function engineFor(deps: ChatRouteDeps, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
   const modelId = request.call.model!.id;
   const engine = deps.engines.chat(modelId);
   if (!engine)
@@ -144,7 +151,7 @@ function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatE
  * (response_format json_object or json_schema) is scrubbed as JSON: a value where JSON has a number becomes its
  * placeholder as a string, so the answer still parses (scrub/json.ts).
  */
-function answerScrubbing(deps: PipelineDeps, request: FastifyRequest<{ Body: ChatBody }>): AnswerScrubbing | null {
+function answerScrubbing(deps: ChatRouteDeps, request: FastifyRequest<{ Body: ChatBody }>): AnswerScrubbing | null {
   if (!deps.config.scrub.output) return null;
   const tally = noRedactions();
   request.call.outputRedactions = tally;
@@ -214,7 +221,7 @@ async function checkStructured(content: string, scrubbing: AnswerScrubbing): Pro
   );
 }
 
-export function registerChatRoute(v1: FastifyInstance, deps: PipelineDeps): void {
+export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): void {
   const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens, scrub: 'chat' };
   v1.post<{ Body: ChatBody }>(
     '/chat/completions',

@@ -3,16 +3,27 @@
 // read and delete documents, and query a knowledge base: lexical and vector retrieval fused, then an answer from a
 // chat model that cites the passages, in the question's language (docs/documents.md).
 import { Ajv } from 'ajv';
+import type { EngineRegistry } from '../../engines/index.js';
+import type { Config } from '../../config/index.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { answerPrompt, DocumentLibrary, LibraryError, type DocumentRecord, type Embedder } from '../../documents/index.js';
 import { ApiError } from '../../errors/index.js';
-import type { ServedModel } from '../../models/index.js';
+import type { ServedModel, ModelCatalog } from '../../models/index.js';
 import { noRedactions, ScrubSession } from '../../scrub/index.js';
 import { noteModelUsed, startedEngineWork, type CallContext, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
-import { scrubRequest, type PipelineDeps } from '../pipeline.js';
+import { scrubRequest } from '../stages/scrub.js';
 import { acceptUploads } from '../multipart.js';
 import { readUpload } from './document-upload.js';
+
+/** What the document routes need. */
+export interface DocumentRouteDeps {
+  config: Config;
+  catalog: ModelCatalog;
+  engines: EngineRegistry;
+  /** Knowledge bases and their documents. */
+  documents: DocumentLibrary;
+}
 
 interface IngestBody {
   knowledge_base: string;
@@ -93,7 +104,7 @@ function libraryError(err: unknown): never {
  * or the first one served and ready that is not a frontier provider's (a knowledge base leaves the sovereign boundary
  * only when the operator names such a model); null when there is none (lexical retrieval only).
  */
-function documentEmbedder(deps: PipelineDeps, call: CallContext): Embedder | null {
+function documentEmbedder(deps: DocumentRouteDeps, call: CallContext): Embedder | null {
   const configured = deps.config.documents.embeddingModel;
   const model = configured
     ? deps.catalog.resolve(configured, 'embeddings')
@@ -114,7 +125,7 @@ function documentEmbedder(deps: PipelineDeps, call: CallContext): Embedder | nul
  * The chat model that answers a query: the one it names, else the first chat model served and ready that is not a
  * frontier provider's, else none.
  */
-function answeringModel(deps: PipelineDeps, named: string | undefined): ServedModel | null {
+function answeringModel(deps: DocumentRouteDeps, named: string | undefined): ServedModel | null {
   if (named !== undefined) return deps.catalog.resolve(named, 'chat');
   return (
     deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && !m.frontier && deps.engines.chat(m.id)) ?? null
@@ -138,7 +149,7 @@ function checkIngest(body: unknown): void {
 /** A multipart upload's fields and extracted text, checked like the JSON form and scrubbed as stage 7 would. */
 async function uploadedDocument(
   request: FastifyRequest,
-  deps: PipelineDeps,
+  deps: DocumentRouteDeps,
   library: DocumentLibrary,
   signal: AbortSignal,
 ): Promise<IngestBody> {
@@ -165,11 +176,8 @@ async function uploadedDocument(
   return body;
 }
 
-export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
-  const library = (): DocumentLibrary => {
-    if (!deps.documents) throw new ApiError('operation_unavailable', 'This server keeps no documents.');
-    return deps.documents;
-  };
+export function registerDocumentRoutes(v1: FastifyInstance, deps: DocumentRouteDeps): void {
+  const library = deps.documents;
   const ingest: RouteDeclaration = { auth: true, scrub: 'document' };
   // On metered postures the answer's tokens count like a chat call's: the question and the longest answer are
   // reserved up front, and the call settles at what the model really used, passages included (nothing when no model
@@ -191,10 +199,10 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
     });
     scope.post('/documents', { config: { declaration: ingest } }, async (request, reply) => {
       const signal = abortOnDisconnect(request, reply);
-      const body = request.isMultipart() ? await uploadedDocument(request, deps, library(), signal) : (request.body as IngestBody);
+      const body = request.isMultipart() ? await uploadedDocument(request, deps, library, signal) : (request.body as IngestBody);
       try {
         const started = Date.now();
-        const record = await library().add(
+        const record = await library.add(
           request.call.principal!.projectId,
           {
             knowledgeBase: body.knowledge_base,
@@ -218,18 +226,18 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
     { schema: { querystring: listQuery }, config: { declaration: authenticated } },
     async (request) => ({
       object: 'list',
-      data: library().list(request.call.principal!.projectId, request.query.knowledge_base).map(documentObject),
+      data: library.list(request.call.principal!.projectId, request.query.knowledge_base).map(documentObject),
     }),
   );
 
   v1.get<{ Params: { id: string } }>('/documents/:id', { config: { declaration: authenticated } }, async (request) => {
-    const record = library().get(request.call.principal!.projectId, request.params.id);
+    const record = library.get(request.call.principal!.projectId, request.params.id);
     if (!record) throw new ApiError('not_found', `No document '${request.params.id}' in this key's project.`, { param: 'id' });
     return documentObject(record);
   });
 
   v1.delete<{ Params: { id: string } }>('/documents/:id', { config: { declaration: authenticated } }, async (request) => {
-    const removed = await library().remove(request.call.principal!.projectId, request.params.id);
+    const removed = await library.remove(request.call.principal!.projectId, request.params.id);
     if (!removed) throw new ApiError('not_found', `No document '${request.params.id}' in this key's project.`, { param: 'id' });
     return { id: request.params.id, object: 'document.deleted', deleted: true };
   });
@@ -241,13 +249,13 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: PipelineDeps):
       const body = request.body;
       const project = request.call.principal!.projectId;
       const model = answeringModel(deps, body.model);
-      if (!library().count(project, body.knowledge_base)) {
+      if (!library.count(project, body.knowledge_base)) {
         throw new ApiError('not_found', `No knowledge base '${body.knowledge_base}' in this key's project (it has no documents).`, {
           param: 'knowledge_base',
         });
       }
       const signal = abortOnDisconnect(request, reply);
-      const { retrieval, hits } = await library().search(
+      const { retrieval, hits } = await library.search(
         project,
         body.knowledge_base,
         body.query,

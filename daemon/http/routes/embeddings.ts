@@ -1,12 +1,16 @@
 // POST /v1/embeddings: OpenAI's shape; float or base64 (little-endian float32, as OpenAI encodes it).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { EmbeddingEngine } from '../../engines/index.js';
+import type { EmbeddingEngine, EngineRegistry } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import { ScrubSession } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
-import type { PipelineDeps } from '../pipeline.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { embeddingsBody } from './schemas.js';
+
+/** What the embeddings route needs. */
+export interface EmbeddingsRouteDeps {
+  engines: EngineRegistry;
+}
 
 interface EmbeddingsBody {
   model: string;
@@ -70,7 +74,7 @@ function scrubbedTokens(
   return scrubbed;
 }
 
-export function registerEmbeddingsRoute(v1: FastifyInstance, deps: PipelineDeps): void {
+export function registerEmbeddingsRoute(v1: FastifyInstance, deps: EmbeddingsRouteDeps): void {
   const declaration: RouteDeclaration = { auth: true, capability: 'embeddings', tokens: estimateTokens, scrub: 'embeddings' };
   v1.post<{ Body: EmbeddingsBody }>(
     '/embeddings',

@@ -5,13 +5,24 @@
 // format asked for, no metadata. `url` answers point at GET /v1/images/files/<name>, served for images.urlTtlSeconds
 // to keys of the same project.
 import type { FastifyInstance } from 'fastify';
+import type { EngineRegistry } from '../../engines/index.js';
+import type { ModelCatalog } from '../../models/index.js';
+import type { Config } from '../../config/index.js';
 import { ApiError } from '../../errors/index.js';
-import { normaliseImage, type ImageFormat } from '../../images/index.js';
+import { normaliseImage, type ImageFormat, type ImageFiles } from '../../images/index.js';
 import { noRedactions, ScrubSession } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
-import type { PipelineDeps } from '../pipeline.js';
 import { imageGenerationBody } from './schemas.js';
+
+/** What the image routes need. */
+export interface ImageRouteDeps {
+  config: Config;
+  catalog: ModelCatalog;
+  engines: EngineRegistry;
+  /** Generated images kept for `url` answers. */
+  images: ImageFiles;
+}
 
 interface ImageGenerationBody {
   prompt: string;
@@ -44,7 +55,7 @@ function parseSize(size: string | undefined): { width: number; height: number } 
   return { width, height };
 }
 
-export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
+export function registerImageRoutes(v1: FastifyInstance, deps: ImageRouteDeps): void {
   // A reservation against the key's token limit: the prompt's bytes bound its tokens.
   const declaration: RouteDeclaration = {
     auth: true,
@@ -81,8 +92,6 @@ export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
       }
       const asUrl = (body.response_format ?? 'url') === 'url';
       const files = deps.images;
-      if (asUrl && !files)
-        throw new ApiError('operation_unavailable', "This server keeps no image files: ask for response_format 'b64_json'.");
 
       const n = body.n ?? 1;
       const work = engine.generate(
@@ -128,7 +137,7 @@ export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
       const base = `${request.protocol}://${request.host}/v1/images/files/`;
       const data = await Promise.all(
         images.map(async (image, i) => ({
-          ...(asUrl ? { url: base + (await files!.save(project, image, format)).name } : { b64_json: image.toString('base64') }),
+          ...(asUrl ? { url: base + (await files.save(project, image, format)).name } : { b64_json: image.toString('base64') }),
           ...(typeof revised[i] === 'string' ? { revised_prompt: revised[i] } : {}),
         })),
       );
@@ -137,7 +146,7 @@ export function registerImageRoutes(v1: FastifyInstance, deps: PipelineDeps): vo
   );
 
   v1.get<{ Params: { name: string } }>('/images/files/:name', { config: { declaration: { auth: true } } }, async (request, reply) => {
-    const found = await deps.images?.read(request.call.principal!.projectId, request.params.name);
+    const found = await deps.images.read(request.call.principal!.projectId, request.params.name);
     if (!found) {
       throw new ApiError(
         'not_found',

@@ -2,9 +2,11 @@
 import type { FastifyInstance } from 'fastify';
 import { isSovereign } from '../../config/index.js';
 import { ApiError } from '../../errors/index.js';
-import { healthReport } from '../../health/index.js';
+import { healthReport, type HealthSources } from '../../health/index.js';
 import type { ServedModel } from '../../models/index.js';
-import type { PipelineDeps } from '../pipeline.js';
+
+/** What /v1/health and /v1/models need: every one of health's sources. */
+export type ServiceRouteDeps = Required<HealthSources>;
 
 const AUTHENTICATED = { config: { declaration: { auth: true } } };
 
@@ -14,7 +16,7 @@ export function registerLivenessRoute(root: FastifyInstance): void {
   root.get('/healthz', async () => ({ status: 'alive' }));
 }
 
-export function registerServiceRoutes(v1: FastifyInstance, deps: PipelineDeps): void {
+export function registerServiceRoutes(v1: FastifyInstance, deps: ServiceRouteDeps): void {
   const sovereign = isSovereign(deps.config.posture);
   const modelObject = (m: ServedModel) => ({
     id: m.id,

@@ -3,6 +3,9 @@
 // that the engine transcribes one after another; the prompt is scrubbed like any text a model sees, and so is the
 // transcript unless scrub.output is off (a recording can speak an ID aloud).
 import type { FastifyInstance } from 'fastify';
+import type { EngineRegistry } from '../../engines/index.js';
+import type { ModelCatalog } from '../../models/index.js';
+import type { Config } from '../../config/index.js';
 import { ApiError } from '../../errors/index.js';
 import { noRedactions } from '../../scrub/index.js';
 import {
@@ -19,7 +22,14 @@ import {
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { acceptUploads, readParts } from '../multipart.js';
-import { scrubRequest, type PipelineDeps } from '../pipeline.js';
+import { scrubRequest } from '../stages/scrub.js';
+
+/** What the transcription route needs. */
+export interface TranscriptionRouteDeps {
+  config: Config;
+  catalog: ModelCatalog;
+  engines: EngineRegistry;
+}
 
 const FIELDS = ['model', 'language', 'prompt', 'temperature', 'response_format', 'timestamp_granularities[]', 'timestamp_granularities'];
 const LANGUAGES = new Set(['ar', 'en']);
@@ -30,7 +40,7 @@ function invalid(message: string, param: string): ApiError {
   return new ApiError('invalid_request_error', message, { param });
 }
 
-export function registerTranscriptionRoute(v1: FastifyInstance, deps: PipelineDeps): void {
+export function registerTranscriptionRoute(v1: FastifyInstance, deps: TranscriptionRouteDeps): void {
   const declaration: RouteDeclaration = { auth: true };
   const limit = deps.config.speech.maxUploadBytes;
   void v1.register(async (scope) => {

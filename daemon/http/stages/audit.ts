@@ -1,4 +1,4 @@
-// Stage 10, audit: every authenticated call's entry is appended to the audit log and on disk before its response
+// Audit, on /v1: every authenticated call's entry is appended to the audit log and on disk before its response
 // leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response gets a start entry on disk before
 // its first byte, and is recorded when it ends, with the digest of what was sent and its start's leaf, naming its
 // own leaf in a last SSE comment before [DONE]. If the log cannot record, the call is answered 503
@@ -6,19 +6,25 @@
 // says why: while the log cannot record, it is answered without an entry.
 import { hash } from 'node:crypto';
 import { Stream } from 'node:stream';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ApiError } from '../errors/index.js';
-import { ScrubSession, StreamScrubber } from '../scrub/index.js';
-import { writeFailureOf } from '../store/index.js';
-import type { PipelineDeps } from './pipeline.js';
+import type { FastifyRequest } from 'fastify';
+import type { AuditService } from '../../audit/index.js';
+import { ApiError } from '../../errors/index.js';
+import { ScrubSession, StreamScrubber } from '../../scrub/index.js';
+import { writeFailureOf } from '../../store/index.js';
+import type { SendStage } from '../stage.js';
+
+/** What recording needs: the daemon's audit log. The app cannot be built without one. */
+export interface AuditDeps {
+  audit: AuditService;
+}
 
 export function sha256Hex(data: string | Uint8Array | null | undefined): string {
   return hash('sha256', data ?? '', 'hex');
 }
 
 /** Whether the call gets an entry: it has a key and has not been recorded yet. */
-function willRecord(deps: PipelineDeps, request: FastifyRequest): boolean {
-  return deps.audit !== undefined && request.call.principal !== null && !request.call.audited;
+function willRecord(request: FastifyRequest): boolean {
+  return request.call.principal !== null && !request.call.audited;
 }
 
 /** The longest model name an entry records (the API refuses longer ones with a 400, which is logged too). */
@@ -62,9 +68,9 @@ export function loggedModelName(asked: string): string {
 const routeOf = (request: FastifyRequest) => request.routeOptions.url ?? request.url.split('?')[0]!;
 
 /** Appends the call's entry; null when the call is not audited (no key, or already recorded). */
-export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: number, responseSha256: string): Promise<number> | null {
+export function recordCall(deps: AuditDeps, request: FastifyRequest, status: number, responseSha256: string): Promise<number> | null {
   const principal = request.call.principal;
-  if (!deps.audit || !principal || request.call.audited) return null;
+  if (!principal || request.call.audited) return null;
   request.call.audited = true;
   return deps.audit.record({
     requestId: request.id,
@@ -88,9 +94,9 @@ export function recordCall(deps: PipelineDeps, request: FastifyRequest, status: 
  * cut off by a crash still leaves its start in the log. If it cannot be written, the stream is refused with 503
  * audit_unavailable (thrown), as a buffered call would be: nothing leaves unlogged.
  */
-export async function recordStreamStart(deps: PipelineDeps, request: FastifyRequest): Promise<void> {
+export async function recordStreamStart(deps: AuditDeps, request: FastifyRequest): Promise<void> {
   const principal = request.call.principal;
-  if (!deps.audit || !principal || request.call.audited) return;
+  if (!principal || request.call.audited) return;
   try {
     request.call.streamStart = await deps.audit.append('stream.start', {
       request_id: request.id,
@@ -128,13 +134,12 @@ function auditUnavailable(stoppedBy: Error | null): ApiError {
   );
 }
 
-export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): void {
+export function auditStage(deps: AuditDeps): SendStage {
   const audit = deps.audit;
-  if (!audit) return;
   // A callback hook, not an async one: every call passes here, and the recording is the only thing to wait for.
-  v1.addHook('onSend', (request, reply, payload, done) => {
+  const run: SendStage['run'] = (request, reply, payload, done) => {
     // Streams are recorded by their route when they end, with what was really sent.
-    if (payload instanceof Stream || !willRecord(deps, request)) return done(null, payload);
+    if (payload instanceof Stream || !willRecord(request)) return done(null, payload);
     const essential = request.routeOptions.config.declaration?.essential === true;
     // Health, while the log takes no entry: answered (it says why), and unlogged: there is nowhere to log it.
     if (essential && audit.log.stoppedBy) return done(null, payload);
@@ -161,5 +166,6 @@ export function registerAuditStage(v1: FastifyInstance, deps: PipelineDeps): voi
         done(null, JSON.stringify(refusal.toBody()));
       },
     );
-  });
+  };
+  return { name: 'audit', hook: 'onSend', run };
 }

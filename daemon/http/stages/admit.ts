@@ -1,0 +1,65 @@
+// Admit and authenticate, on /v1: a place under the in-flight ceiling (limits.maxInFlight), then the key, then the
+// key's, its project's and its account's shares of the places. Release place gives the place back when the call ends.
+import { authenticate, type Principal } from '../../auth/index.js';
+import { ApiError, MESSAGES } from '../../errors/index.js';
+import type { KeyRegistry } from '../../keys/index.js';
+import type { FullShare, InFlightGate } from '../../limits/index.js';
+import type { CallEndStage, RequestStage } from '../stage.js';
+
+export function admitStage(gate: InFlightGate): RequestStage {
+  return {
+    name: 'admit',
+    hook: 'onRequest',
+    run(request) {
+      const place = gate.enter();
+      if (!place) throw new ApiError('server_overloaded', MESSAGES.overloaded, { headers: { 'retry-after': '1' } });
+      request.call.place = place;
+    },
+  };
+}
+
+export function releasePlaceStage(): CallEndStage {
+  return { name: 'release place', hook: 'callEnd', run: (request) => request.call.place?.release() };
+}
+
+export function authenticateStage(deps: { keys: KeyRegistry; gate: InFlightGate }): RequestStage {
+  return {
+    name: 'authenticate',
+    hook: 'onRequest',
+    run(request) {
+      if (request.routeOptions.config.declaration?.auth === false) return;
+      const place = request.call.place!;
+      let principal: Principal;
+      try {
+        principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+      } catch (err) {
+        // A refused call gives its place back at once, not when its answer has been read: calls without a valid key
+        // hold no place while their answers wait behind others on a connection nobody reads.
+        place.release();
+        throw err;
+      }
+      request.call.principal = principal;
+      const full = place.share(principal.keyId, principal.projectId, principal.accountId);
+      if (full) {
+        place.release();
+        throw shareFull(full, principal, deps.gate);
+      }
+    },
+  };
+}
+
+/**
+ * 429 for a key, or a project, that holds its whole share of the in-flight places: its own calls are what fill it
+ * (the device still admits other keys), so it is told to slow down, as for its rate limit, and its refusals count
+ * as rate-limited in its usage rather than as the device's failures.
+ */
+function shareFull(full: FullShare, principal: Principal, gate: InFlightGate): ApiError {
+  const { perKey, perProject, perAccount } = gate.shares.sizes;
+  const holds = {
+    key: `Key ${principal.keyId} already has ${perKey} calls in progress, its share`,
+    project: `Project ${principal.projectId} already has ${perProject} calls in progress across its keys, its share`,
+    account: `Account ${principal.accountId} already has ${perAccount} calls in progress across its projects, its share`,
+  }[full];
+  const message = `${holds} of the ${gate.capacity} this device serves at once (limits.${full}Share). Wait for one to finish, or spread the work over time.`;
+  return new ApiError('rate_limit_exceeded', message, { headers: { 'retry-after': '1' }, type: 'requests' });
+}
