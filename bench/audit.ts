@@ -13,6 +13,7 @@ import pino from 'pino';
 import { AuditLog, canonicalJson, SoftwareSigner } from '../daemon/audit/index.js';
 import { Checkpointer } from '../daemon/audit/checkpoint.js';
 import { openStore } from '../daemon/store/index.js';
+import { appendResult } from './results.js';
 
 const { values } = parseArgs({
   options: { concurrency: { type: 'string' }, seconds: { type: 'string' }, 'checkpoint-ms': { type: 'string' } },
@@ -110,6 +111,21 @@ try {
   console.log('');
   console.log(`goal: at least 20,000 entries/s     ${auditRate >= 20_000 ? 'met' : 'NOT met'}`);
   console.log(`goal: lag under 2 s at full load     ${(lags.at(-1) ?? Infinity) < 2000 ? 'met' : 'NOT met'}`);
+  appendResult(
+    'audit',
+    { concurrency, seconds, checkpointMs },
+    {
+      baselineEntriesPerSecond: plainRate,
+      auditEntriesPerSecond: auditRate,
+      auditOverBaseline: auditRate / plainRate,
+      lagSamples: lags.length,
+      lagP50Ms: pct(50),
+      lagP99Ms: pct(99),
+      lagMaxMs: lags.at(-1) ?? null,
+      checkpointsSigned: checkpoints.latest()?.seq ?? 0,
+      goals: { atLeast20000EntriesPerSecond: auditRate >= 20_000, lagUnder2s: (lags.at(-1) ?? Infinity) < 2000 },
+    },
+  );
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -16,6 +16,7 @@ import { parseArgs } from 'node:util';
 import { getLlama, LlamaChat, type ChatHistoryItem } from 'node-llama-cpp';
 import { writeTinyGguf } from '../test/fixtures/gguf.js';
 import { readGgufFacts } from '../daemon/models/header.js';
+import { appendResult } from './results.js';
 
 const { values } = parseArgs({
   options: { model: { type: 'string' }, rounds: { type: 'string' }, tokens: { type: 'string' }, role: { type: 'string' } },
@@ -251,5 +252,18 @@ console.log(
 );
 console.log(
   `first token  direct ${ttft(d).toFixed(1)} ms   daemon ${ttft(s).toFixed(1)} ms   overhead ${(ttft(s) - ttft(d)).toFixed(1)} ms (goal < 2 ms)`,
+);
+appendResult(
+  'llama',
+  { model: values.model ?? null, rounds, tokens: maxTokens },
+  {
+    modelMiB: size / 1024 ** 2,
+    threads,
+    tokensPerCall: { direct: d.map((x) => x.tokens), daemon: s.map((x) => x.tokens) },
+    decodeTokensPerSecond: { direct: directRate, daemon: daemonRate, ratio: daemonRate / directRate },
+    endToEndTokensPerSecond: { direct: endToEnd(d), daemon: endToEnd(s), ratio: endToEnd(s) / endToEnd(d) },
+    firstTokenMs: { direct: ttft(d), daemon: ttft(s), overhead: ttft(s) - ttft(d) },
+    goals: { throughputAtLeast097OfDirect: daemonRate / directRate >= 0.97, firstTokenOverheadUnder2ms: ttft(s) - ttft(d) < 2 },
+  },
 );
 process.exit(0);

@@ -7,6 +7,7 @@
 //   options: --megabytes N (default 8), --rounds N (default 9)
 import { parseArgs } from 'node:util';
 import { ScrubSession, StreamScrubber } from '../daemon/scrub/index.js';
+import { appendResult } from './results.js';
 import { generator, makeIban, SCRIPTS, withLuhn } from '../test/fixtures/scrub-corpus.js';
 
 const { values } = parseArgs({ options: { megabytes: { type: 'string' }, rounds: { type: 'string' } } });
@@ -192,3 +193,28 @@ console.log(`goal: scrubber ≥ 50 MB/s            ${scrubRate >= 50 ? 'met' : '
 console.log(`goal: within 3x of the plain scan   ${ratio <= 3 ? 'met' : 'NOT met'}`);
 console.log(`goal: digit runs, table ≥ 50 MB/s   ${runsRate >= 50 && tableRate >= 50 ? 'met' : 'NOT met'}`);
 console.log(`goal: 4 MB hostile run under 1 s    ${hostileSeconds < 1 ? 'met' : 'NOT met'}`);
+
+appendResult(
+  'scrub',
+  { megabytes: targetBytes / 1024 / 1024, rounds },
+  {
+    textMB: mb,
+    valuesReplaced: redacted,
+    plainScanMBps: plainRate,
+    scrubberMBps: scrubRate,
+    plainOverScrubber: ratio,
+    digitRunsMBps: runsRate,
+    shortDigitRunsMBps: shortRunsRate,
+    numericTableMBps: tableRate,
+    hostileSeconds,
+    streamedMBps: streamedMb / streamSeconds,
+    holdBackMost: mostHeld,
+    holdBackMean: heldSum / pushes,
+    goals: {
+      scrubberAtLeast50MBps: scrubRate >= 50,
+      within3xOfPlainScan: ratio <= 3,
+      digitRunsAndTableAtLeast50MBps: runsRate >= 50 && tableRate >= 50,
+      hostileUnder1s: hostileSeconds < 1,
+    },
+  },
+);

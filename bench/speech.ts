@@ -25,6 +25,7 @@ import { PcmWindows } from '../daemon/speech/decode.js';
 import { speech } from '../test/fixtures/audio.js';
 import { writeTinyWhisperModel } from '../test/fixtures/whisper.js';
 import { readGgmlFacts } from '../daemon/models/header.js';
+import { appendResult } from './results.js';
 
 const { values } = parseArgs({
   options: {
@@ -347,5 +348,19 @@ console.log(
 );
 console.log(
   `real-time factor direct ${rtf(d).toFixed(1)}x   daemon ${rtf(s).toFixed(1)}x   ratio ${ratio.toFixed(3)} (goal ≥ 0.95: ${ratio >= 0.95 ? 'met' : 'NOT met'})`,
+);
+appendResult(
+  'speech',
+  { model: values.model ?? null, audio: values.audio ?? null, rounds, threads, seconds: budgetMs / 1000 },
+  {
+    modelMiB: size / 1024 ** 2,
+    audioSeconds: duration,
+    roundsEachSide: d.length,
+    sameTranscript: same,
+    wallSeconds: { direct: wall(d), daemon: wall(s) },
+    cpuSecondsPerCall: { direct: cpu(d), daemon: cpu(s), daemonIdleMsPerSecond: (daemonIdleCpu / directSeconds) * 1000 },
+    realTimeFactor: { direct: rtf(d), daemon: rtf(s), ratio },
+    goals: { realTimeFactorAtLeast095OfDirect: ratio >= 0.95 },
+  },
 );
 process.exit(0);

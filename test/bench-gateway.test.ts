@@ -3,15 +3,21 @@
 // work are refused before anything starts. The daemon's and Portkey's figures are the default run's (bench/README.md);
 // here they are left out to keep the test short.
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { LOADER, ROOT } from '../bench/gateway/servers.js';
+
+// A run's record goes to a directory of the test's own, not to bench/results/ in the repository.
+const results = mkdtempSync(join(tmpdir(), 'sov-bench-results-'));
+t.teardown(() => rmSync(results, { recursive: true, force: true }));
 
 function bench(args: string[]) {
   const r = spawnSync(process.execPath, ['--import', LOADER, join(ROOT, 'bench', 'gateway', 'index.ts'), ...args], {
     cwd: ROOT,
     encoding: 'utf8',
-    env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1' },
+    env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1', SOVEREIGN_BENCH_RESULTS: results },
     timeout: 180_000,
   });
   return { code: r.status, out: r.stdout, err: r.stderr };
@@ -37,6 +43,16 @@ t.test('the targets asked for, HAProxy among them, buffered and streamed', async
   }
   t.notMatch(run.out, /^(sovereign|portkey) /m, 'targets not asked for are not measured');
   t.match(run.out, /goals: none judged/);
+  const records = readFileSync(join(results, 'gateway.jsonl'), 'utf8').trim().split('\n');
+  t.equal(records.length, 1, 'the run appended one record');
+  const record = JSON.parse(records[0]) as {
+    bench: string;
+    options: { targets: string[] };
+    figures: { modes: Record<string, { targets: Record<string, { saturation: { rps: number } }> }> };
+  };
+  t.equal(record.bench, 'gateway');
+  t.same(record.options.targets, ['upstream', 'haproxy', 'bare']);
+  t.ok(record.figures.modes.streamed.targets.haproxy.saturation.rps > 0, 'the record holds the figures printed');
 });
 
 t.test('options that cannot work are refused before anything starts', async (t) => {

@@ -18,6 +18,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { appendResult } from '../results.js';
 import { addedP99Goal, keptUp, median, roundRatio } from './goals.js';
 import { paced, pooled, saturate, type LoadResult, type Target } from './load.js';
 import { pipelineProfileReport, profileClock, type ProfileWindow } from './profile.js';
@@ -333,10 +334,56 @@ for (const mode of modes) {
   }
 }
 
+/** One mode's figures as the report prints them, for the run's record: each target's rows, and the ratios. */
+function modeFigures(byTarget: Map<string, Measured>) {
+  const floor = byTarget.get('upstream');
+  const added = (name: string, r: Result, base: Result | undefined) =>
+    base && name !== 'upstream' ? { addedP50: r.p50 - base.p50, addedP99: r.p99 - base.p99 } : {};
+  const row = (r: Result) => ({ rps: r.rps, p50: r.p50, p99: r.p99, failed: r.failed, cpuMsPerCall: r.cpuPerCall });
+  const targets = Object.fromEntries(
+    [...byTarget].map(([name, m]) => [
+      name,
+      {
+        rates: Object.fromEntries(
+          rates.map((rate) => {
+            const r = m.rates.get(rate)!;
+            const base = floor?.rates.get(rate);
+            const baseRounds = floor?.rateRounds.get(rate);
+            return [
+              rate,
+              {
+                ...row(r),
+                ...added(name, r, base),
+                p99ByRound: m.rateRounds
+                  .get(rate)!
+                  .map((w, i) => (baseRounds && name !== 'upstream' ? w.p99 - (baseRounds[i]?.p99 ?? NaN) : w.p99)),
+                p99WithoutFirstSecond: r.steadyP99 - (base && name !== 'upstream' ? base.steadyP99 : 0),
+                sendDelayP99: r.sendDelayP99,
+              },
+            ];
+          }),
+        ),
+        saturation: { ...row(m.saturation), ...added(name, m.saturation, floor?.saturation), rounds: m.rounds },
+      },
+    ]),
+  );
+  const ours = byTarget.get('sovereign');
+  const theirs = byTarget.get('portkey');
+  const stack = byTarget.get('bare');
+  return {
+    targets,
+    sovereignOverPortkey: ours && theirs ? roundRatio(ours.rounds, theirs.rounds) : null,
+    bareOverPortkey: stack && theirs ? roundRatio(stack.rounds, theirs.rounds).ratio : null,
+    pipelineCpuMsPerCall: ours && stack ? ours.saturation.cpuPerCall - stack.saturation.cpuPerCall : null,
+  };
+}
+
 // --- report ---
 const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '—');
 const row = (cells: string[]) => `${cells.map((c, i) => (i < 2 ? c.padEnd(i === 0 ? 10 : 12) : c.padStart(10))).join(' ')}\n`;
 const goals: string[] = [];
+/** Each goal judged, by name, for the run's record: met or not, and the figure it was judged on. */
+const goalFigures: Record<string, { met: boolean; value: unknown }> = {};
 for (const [mode, byTarget] of results) {
   process.stdout.write(`\n${mode}\n`);
   process.stdout.write(row(['target', 'load', 'req/s', 'p50 ms', 'p99 ms', '+p50 ms', '+p99 ms', 'failed', 'cpu ms/call']));
@@ -407,6 +454,7 @@ for (const [mode, byTarget] of results) {
       `sovereign / portkey at saturation: ${ratio.toFixed(2)}x requests/s (median of rounds: ${each.map((x) => `${x.toFixed(2)}x`).join(', ')}), p50 ${ms(ours.saturation.p50)} vs ${ms(theirs.saturation.p50)} ms\n`,
     );
     goals.push(`${mode}: saturation at least 5x Portkey's: ${ratio >= 5 ? 'met' : 'NOT met'} (${ratio.toFixed(2)}x)`);
+    goalFigures[`${mode}.saturationAtLeast5xPortkey`] = { met: ratio >= 5, value: ratio };
   }
   const stack = byTarget.get('bare');
   if (ours && stack) {
@@ -430,6 +478,7 @@ for (const [mode, byTarget] of results) {
       goals.push(
         `${mode}: added p99 under ${limit} ms at ${rate}/s: ${met ? 'met' : 'NOT met'} (${ms(added)} ms${clean ? '' : `; a round fell behind or was not measured: ${r.failed} failed, ${r.rps.toFixed(0)}/s over the rounds`})`,
       );
+      goalFigures[`${mode}.addedP99Under${limit}msAt${rate}PerSecond`] = { met, value: added };
     }
   }
 }
@@ -446,6 +495,7 @@ if (targetNames.includes('sovereign')) {
   goals.push(
     `audit: every answered call logged: ${logged >= sovereignAnswered ? 'met' : 'NOT met'} (${logged} entries, ${sovereignAnswered} answered)`,
   );
+  goalFigures['audit.everyAnsweredCallLogged'] = { met: logged >= sovereignAnswered, value: { logged, answered: sovereignAnswered } };
 }
 if (unanswered.length)
   process.stdout.write(`\nnot measured (the target failed a single call):\n${unanswered.map((u) => `  ${u}`).join('\n')}\n`);
@@ -455,6 +505,23 @@ process.stdout.write(
     : "\ngoals: none judged (they are sovereign's, against upstream and portkey: keep those in --targets)\n",
 );
 measuringDone();
+appendResult(
+  'gateway',
+  {
+    rates,
+    rateSeconds: pacedSeconds,
+    seconds,
+    rounds,
+    warmup,
+    connections,
+    targets: targetNames,
+    modes,
+    hostNetwork: values['host-network'],
+    profile: profileDir !== null,
+    journalDir: values['journal-dir'] ?? null,
+  },
+  { modes: Object.fromEntries([...results].map(([mode, byTarget]) => [mode, modeFigures(byTarget)])), unanswered, goals: goalFigures },
+);
 await agent.close();
 if (profileDir) {
   // A profile is written as its process exits, so let each stop on its own first.

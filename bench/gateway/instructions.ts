@@ -16,6 +16,7 @@ import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, Pool } from 'undici';
+import { appendResult } from '../results.js';
 import {
   bareProxyArgs,
   benchModelReady,
@@ -245,4 +246,13 @@ if (bare && ours) {
 }
 if (ours && functions > 0)
   process.stdout.write(`\nsovereign's main thread, own instructions per call by function:\n${topFunctions(ours, bare, functions)}`);
+appendResult(
+  'instructions',
+  { calls, warmup, connections, targets: targetNames, streamed, functions },
+  {
+    instructionsPerCall: Object.fromEntries([...counted].map(([name, c]) => [name, { mainThread: c.main, allThreads: c.all }])),
+    sovereignOverBare: bare && ours ? ours.main / bare.main : null,
+    pipelineMainThread: bare && ours ? ours.main - bare.main : null,
+  },
+);
 process.exit(0);
