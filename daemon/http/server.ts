@@ -10,7 +10,7 @@ import { ApiError } from '../errors/index.js';
 import type { Store } from '../store/index.js';
 import { registerJsonBody } from './body.js';
 import { clientGone, sendError, toApiError, writeClientError, writeResponseError } from './errors.js';
-import { pipeline, type PipelineDeps } from './pipeline.js';
+import { pipeline, type PipelineDeps, type Scope } from './pipeline.js';
 import { registerStages } from './stage.js';
 import { registerAuditRoutes, type AuditRouteDeps } from './routes/audit.js';
 import { registerChatRoute, type ChatRouteDeps } from './routes/chat.js';
@@ -87,24 +87,37 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
 
   registerJsonBody(app);
   const stages = pipeline(deps, app);
-  registerStages(
-    app,
-    stages.filter((s) => s.scope === 'every response').map((s) => s.stage),
-  );
+  const inScope = (scope: Scope) => stages.filter((s) => s.scope === scope).map((s) => s.stage);
+  registerStages(app, inScope('every response'));
   guardServer(app, deps);
 
-  // Path → methods, to tell "wrong method" (405) from "no such route" (404).
-  const methodsByPath = new Map<string, Set<string>>();
-  app.addHook('onRoute', (route) => {
-    const methods = Array.isArray(route.method) ? route.method : [route.method];
-    const set = methodsByPath.get(route.url) ?? new Set<string>();
-    for (const m of methods) set.add(m);
-    methodsByPath.set(route.url, set);
-  });
+  answerErrors(app, deps);
+  answerUnknownRoutes(app);
 
+  registerLivenessRoute(app);
+  registerDashboard(app, deps);
+  void app.register(
+    async (v1) => {
+      registerStages(v1, inScope('/v1'));
+      registerServiceRoutes(v1, deps);
+      registerChatRoute(v1, deps);
+      registerEmbeddingsRoute(v1, deps);
+      registerAuditRoutes(v1, deps);
+      registerDocumentRoutes(v1, deps);
+      registerTranscriptionRoute(v1, deps);
+      registerImageRoutes(v1, deps);
+    },
+    { prefix: '/v1' },
+  );
+  return app;
+}
+
+/** Every error, from any stage or route, in OpenAI's shape (errors.ts), logged once and only when it is ours. */
+function answerErrors(app: FastifyInstance, deps: AppDeps): void {
+  const bodyBytes = deps.config.limits.bodyBytes;
   app.setErrorHandler((error: FastifyError, request, reply) => {
     // A call cut off for its idle body has had its 408 (the body's reading then fails): its audit entry says 408 too.
-    const apiError = request.call?.cutOff ?? toApiError(error, config.limits.bodyBytes);
+    const apiError = request.call?.cutOff ?? toApiError(error, bodyBytes);
     // Health says why writes fail until one succeeds again.
     if (apiError.code === 'storage_unavailable')
       deps.store.writes.note(error, `${request.method} ${request.routeOptions.url ?? request.url}`);
@@ -112,7 +125,17 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
     else if (apiError.status >= 500 && !(error instanceof ApiError)) request.log.error({ err: error }, 'unhandled error');
     return sendError(request, reply, apiError);
   });
+}
 
+/** A path no route serves gets 404; a path served with other methods gets 405 and `Allow`. */
+function answerUnknownRoutes(app: FastifyInstance): void {
+  const methodsByPath = new Map<string, Set<string>>();
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    const set = methodsByPath.get(route.url) ?? new Set<string>();
+    for (const m of methods) set.add(m);
+    methodsByPath.set(route.url, set);
+  });
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0] ?? request.url;
     const methods = methodsByPath.get(path);
@@ -134,26 +157,6 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
       ),
     );
   });
-
-  registerLivenessRoute(app);
-  registerDashboard(app, deps);
-  void app.register(
-    async (v1) => {
-      registerStages(
-        v1,
-        stages.filter((s) => s.scope === '/v1').map((s) => s.stage),
-      );
-      registerServiceRoutes(v1, deps);
-      registerChatRoute(v1, deps);
-      registerEmbeddingsRoute(v1, deps);
-      registerAuditRoutes(v1, deps);
-      registerDocumentRoutes(v1, deps);
-      registerTranscriptionRoute(v1, deps);
-      registerImageRoutes(v1, deps);
-    },
-    { prefix: '/v1' },
-  );
-  return app;
 }
 
 /** Node-level events fastify does not route: they still get our headers and error shape. */

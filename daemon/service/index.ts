@@ -2,7 +2,7 @@
 // close. Everything a running daemon holds is created here and released by close().
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import type { FastifyBaseLogger as Logger, FastifyInstance, FastifyServerOptions } from 'fastify';
 import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
@@ -11,9 +11,9 @@ import { buildApp, stopSchemaChecks, type DaemonState } from '../http/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
-import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore, shareSizes } from '../limits/index.js';
+import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore, shareSizes, type LimitStore } from '../limits/index.js';
 import { createLogger, loggerOptions } from '../log/index.js';
-import { loadManifest, ModelCatalog } from '../models/index.js';
+import { loadManifest, ModelCatalog, type ModelEvent } from '../models/index.js';
 import { scannerKind, stopScrubWorker } from '../scrub/index.js';
 import { absorbCommitFailures, openStore } from '../store/index.js';
 import { EgressService } from '../egress/index.js';
@@ -48,6 +48,11 @@ function readTls(config: Config): { cert: Buffer; key: Buffer } | undefined {
   return { cert: read('cert'), key: read('key') };
 }
 
+/**
+ * Opens every part of the daemon, in the order each needs the ones before it, and returns what close() releases in
+ * reverse. Long on purpose: it is the one place that composes the parts, read top to bottom; split, every part would
+ * travel through parameters to the next piece.
+ */
 export async function startDaemon(
   config: Config,
   logger: FastifyServerOptions['logger'] = loggerOptions(config.log.level),
@@ -73,18 +78,7 @@ export async function startDaemon(
 
   const catalog = new ModelCatalog();
   const engines = new EngineRegistry();
-  const limitStore =
-    config.limits.store === 'redis' && config.limits.redis
-      ? new RedisLimitStore(
-          {
-            url: config.limits.redis.url,
-            keyPrefix: config.limits.redis.keyPrefix ?? 'sovereign:',
-            timeoutMs: config.limits.redis.timeoutMs ?? 500,
-            ...(config.limits.redis.passwordFile ? { passwordFile: config.limits.redis.passwordFile } : {}),
-          },
-          log,
-        )
-      : new MemoryLimitStore();
+  const limitStore = openLimitStore(config, log);
   const usage = new UsageMeter(
     store,
     (err) => {
@@ -192,20 +186,7 @@ export async function startDaemon(
     catalog,
     engines,
     log,
-    onEvent: (event) => {
-      const record = (kind: EntryKind, fields: EntryFields) => void events.record(kind, { boot: boots.report.boots, ...fields });
-      switch (event.type) {
-        case 'models.served':
-          return record('boot.models', { models: event.models.map(({ id, file, sha256 }) => ({ model: id, file, sha256 })) });
-        case 'model.listed':
-          return record('model.listed', { model: event.id, file: event.file, sha256: event.sha256 });
-        case 'model.not_listed':
-          // A file that is there but not served is withdrawn; a file never brought is not news (not reported).
-          return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
-        case 'model.withdrawn':
-          return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
-      }
-    },
+    onEvent: modelEventRecorder(events, boots.report.boots),
   });
   // Saved vector graphs are checked (and damaged ones rebuilt) in the background; a query waits for its own.
   const documentsOpened = documents.open().catch((err: Error) => log.error({ err: err.message }, 'could not open the vector indexes'));
@@ -219,18 +200,7 @@ export async function startDaemon(
       closing ??= (async () => {
         state.draining = true;
         notifier.stopping();
-        let timer: NodeJS.Timeout | undefined;
-        const graceOver = new Promise<'timeout'>((resolve) => {
-          timer = setTimeout(() => resolve('timeout'), config.timeouts.shutdownGraceMs);
-        });
-        const closed = app.close().then(() => 'closed' as const);
-        const outcome = await Promise.race([closed, graceOver]);
-        clearTimeout(timer);
-        if (outcome === 'timeout') {
-          log.warn({ graceMs: config.timeouts.shutdownGraceMs }, 'in-flight calls did not finish within the grace period; closing them');
-          app.server.closeAllConnections();
-          await closed;
-        }
+        const outcome = await drain(app, config.timeouts.shutdownGraceMs, log);
         await upstreams.close();
         await models.dispose();
         await documentsOpened;
@@ -257,4 +227,53 @@ export async function startDaemon(
       return closing;
     },
   };
+}
+
+function openLimitStore(config: Config, log: Logger): LimitStore {
+  const redis = config.limits.redis;
+  if (config.limits.store !== 'redis' || !redis) return new MemoryLimitStore();
+  return new RedisLimitStore(
+    {
+      url: redis.url,
+      keyPrefix: redis.keyPrefix ?? 'sovereign:',
+      timeoutMs: redis.timeoutMs ?? 500,
+      ...(redis.passwordFile ? { passwordFile: redis.passwordFile } : {}),
+    },
+    log,
+  );
+}
+
+/** What the models runtime reports, as audit entries of this boot. */
+function modelEventRecorder(events: AuditEvents, boot: number): (event: ModelEvent) => void {
+  const record = (kind: EntryKind, fields: EntryFields) => void events.record(kind, { boot, ...fields });
+  return (event) => {
+    switch (event.type) {
+      case 'models.served':
+        return record('boot.models', { models: event.models.map(({ id, file, sha256 }) => ({ model: id, file, sha256 })) });
+      case 'model.listed':
+        return record('model.listed', { model: event.id, file: event.file, sha256: event.sha256 });
+      case 'model.not_listed':
+        // A file that is there but not served is withdrawn; a file never brought is not news (not reported).
+        return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
+      case 'model.withdrawn':
+        return record('model.withdrawn', { model: event.id, state: event.state, reason: event.reason, when: event.when });
+    }
+  };
+}
+
+/** Closes the app, letting in-flight calls finish for up to `graceMs`; then closes what is still open. */
+async function drain(app: FastifyInstance, graceMs: number, log: Logger): Promise<'closed' | 'timeout'> {
+  let timer: NodeJS.Timeout | undefined;
+  const graceOver = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), graceMs);
+  });
+  const closed = app.close().then(() => 'closed' as const);
+  const outcome = await Promise.race([closed, graceOver]);
+  clearTimeout(timer);
+  if (outcome === 'timeout') {
+    log.warn({ graceMs }, 'in-flight calls did not finish within the grace period; closing them');
+    app.server.closeAllConnections();
+    await closed;
+  }
+  return outcome;
 }
