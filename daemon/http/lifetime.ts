@@ -39,8 +39,8 @@ interface CallEnd {
 }
 
 // On the response itself, not in a WeakMap keyed by it: V8's young collections treat a WeakMap's values as live (only
-// full collections clear them), so every call's state outlived its call and was moved to the old generation, about
-// 23 KB of each young collection at 1,000 calls a second.
+// full collections clear them), so a call's state MUST NOT be kept in one, or it outlives its call in the old
+// generation.
 const callEnd = Symbol('sovereign.callEnd');
 type WithCallEnd = FastifyReply['raw'] & { [callEnd]?: CallEnd };
 

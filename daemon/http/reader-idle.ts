@@ -1,8 +1,8 @@
 // A connection whose client stops reading its answer is closed after timeouts.readerIdleMs without a byte of it
 // leaving: the call ends (an engine still generating for it is stopped), and its in-flight place and the memory the
-// unsent answer holds come back. Without it, a client that asked for a large answer (2,048 embeddings of 1,536
-// dimensions: 63 MB) and never read it held its place, and the answer, for as long as it kept the connection open:
-// Node bounds how long a request may take to arrive, not how long its answer may wait to leave.
+// unsent answer holds come back. Node bounds how long a request may take to arrive, not how long its answer may
+// wait to leave: without this, a client that asked for a large answer and never read it would hold its place, and
+// the answer, for as long as it kept the connection open.
 //
 // Only the client's silence counts: the clock runs only while part of an answer waits in the socket and none of it
 // has left since the last look (a call still working on its answer has nothing waiting), and starts again when the

@@ -1,7 +1,6 @@
 // Large request bodies are scrubbed off the event loop, in one worker thread: scrubbing is linear, but a body of
-// megabytes of digits, or of tens of thousands of small strings, still takes tens of milliseconds, and no single call
-// may hold every other call that long (50 ms). Smaller
-// bodies are scrubbed where they are, which costs less than the trip to the thread. The worker is started on first
+// megabytes of digits, or of tens of thousands of small strings, would hold every other call while it is scrubbed.
+// Smaller bodies are scrubbed where they are, which costs less than the trip to the thread. The worker is started on first
 // use and ends after a minute idle (idle, it does not keep the process alive); a worker that fails takes only the
 // calls it held with it (they fail closed).
 import { Worker } from 'node:worker_threads';

@@ -1,6 +1,6 @@
 // A cap on the memory behind the buffers of a worker thread. V8's resourceLimits bound a worker's JavaScript heap but
 // not the memory of its ArrayBuffers, and that is where pdf.js decodes streams: a PDF whose content stream inflates to
-// 1 GB took 2.2 GB resident in a worker whose heap was limited to 64 MB. pdf.js decodes a stream either in JavaScript,
+// gigabytes would take them whatever the worker's heap limit. pdf.js decodes a stream either in JavaScript,
 // into typed arrays, or (Flate) with the platform's DecompressionStream, gathering the whole output in chunks. So the
 // worker replaces, before pdf.js is loaded, the typed-array and ArrayBuffer constructors and DecompressionStream with
 // counting ones, and after every MiB allocated or decompressed, and before any single allocation of a MiB or more,

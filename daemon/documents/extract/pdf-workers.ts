@@ -1,12 +1,12 @@
 // PDFs are read in worker threads, never on the event loop: pdf.js works synchronously while it decodes a stream or
-// walks a page's operators, and on the event loop a 300 KB compression bomb held every other call for 14 s, a 35 KB
-// page of three million text operators for 5 s. Each document is read under a time budget (its worker is terminated
+// walks a page's operators, so on the event loop a small compression bomb, or a page of millions of text operators,
+// would hold every other call for seconds. Each document is read under a time budget (its worker is terminated
 // when it is over) and a memory budget, half for the worker's JavaScript heap (V8's resourceLimits) and half for its
 // buffers (memory-budget.ts). At most `workers` documents are read at once and `queue` more wait; past that an upload
 // gets 503 with Retry-After.
 //
-// Workers are kept for the next document: starting one and loading pdf.js into it took about 0.3 s of CPU, against
-// 30 ms to read a small PDF in a warm one (2-core machine). A worker that went over a budget, failed, or holds much
+// Workers are kept for the next document: starting one and loading pdf.js into it costs far more than reading a small
+// PDF in a warm one. A worker that went over a budget, failed, or holds much
 // of its budget afterwards is not reused; an idle one ends after a minute.
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
