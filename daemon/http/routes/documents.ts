@@ -5,7 +5,7 @@
 import { Ajv } from 'ajv';
 import type { EngineRegistry } from '../../engines/index.js';
 import type { Config } from '../../config/index.js';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { answerPrompt, DocumentLibrary, LibraryError, type DocumentRecord, type Embedder } from '../../documents/index.js';
 import { ApiError } from '../../errors/index.js';
 import type { ServedModel, ModelCatalog } from '../../models/index.js';
@@ -197,29 +197,7 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: DocumentRouteD
     scope.addHook('preValidation', async (request) => {
       if (!request.isMultipart()) checkIngest(request.body);
     });
-    scope.post('/documents', { config: { declaration: ingest } }, async (request, reply) => {
-      const signal = abortOnDisconnect(request, reply);
-      const body = request.isMultipart() ? await uploadedDocument(request, deps, library, signal) : (request.body as IngestBody);
-      try {
-        const started = Date.now();
-        const record = await library.add(
-          request.call.principal!.projectId,
-          {
-            knowledgeBase: body.knowledge_base,
-            content: body.content,
-            filename: body.filename ?? null,
-            metadata: body.metadata ?? null,
-            redactions: request.call.redactions ?? noRedactions(),
-          },
-          documentEmbedder(deps, request.call),
-          signal,
-        );
-        request.log.info({ document: record.id, chunks: record.chunkIds.length, ms: Date.now() - started }, 'document ingested');
-        return reply.code(201).send(documentObject(record));
-      } catch (err) {
-        libraryError(err);
-      }
-    });
+    scope.post('/documents', { config: { declaration: ingest } }, (request, reply) => ingestDocument(deps, request, reply));
   });
   v1.get<{ Querystring: { knowledge_base?: string } }>(
     '/documents',
@@ -242,73 +220,101 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: DocumentRouteD
     return { id: request.params.id, object: 'document.deleted', deleted: true };
   });
 
-  v1.post<{ Body: QueryBody }>(
-    '/documents/query',
-    { schema: { body: queryBody }, config: { declaration: query } },
-    async (request, reply) => {
-      const body = request.body;
-      const project = request.call.principal!.projectId;
-      const model = answeringModel(deps, body.model);
-      if (!library.count(project, body.knowledge_base)) {
-        throw new ApiError('not_found', `No knowledge base '${body.knowledge_base}' in this key's project (it has no documents).`, {
-          param: 'knowledge_base',
-        });
-      }
-      const signal = abortOnDisconnect(request, reply);
-      const { retrieval, hits } = await library.search(
-        project,
-        body.knowledge_base,
-        body.query,
-        body.top_k ?? 5,
-        documentEmbedder(deps, request.call),
-        signal,
-      );
-      const citations = hits.map((h, i) => ({
-        index: i + 1,
-        document_id: h.documentId,
-        filename: h.filename,
-        chunk: h.chunk,
-        score: h.score,
-        text: h.text,
-      }));
-      const result = {
-        object: 'documents.query',
-        knowledge_base: body.knowledge_base,
-        query: body.query,
-        retrieval,
-        model: null as string | null,
-        answer: null as string | null,
-        citations,
-      };
-      const engine = model && deps.engines.chat(model.id);
-      request.call.usedTokens = 0;
-      if (!model || !engine || !hits.length) return result;
+  v1.post<{ Body: QueryBody }>('/documents/query', { schema: { body: queryBody }, config: { declaration: query } }, (request, reply) =>
+    queryDocuments(deps, request, reply),
+  );
+}
 
-      const answerTokens = Math.min(body.max_tokens ?? ANSWER_TOKENS, Math.floor((model.contextTokens ?? 4096) / 4));
-      const prompt = answerPrompt(body.query, hits, model.contextTokens ?? 4096, answerTokens);
-      if (!prompt.quoted) return result;
-      const work = engine.chat(
-        model.id,
-        { messages: prompt.messages, maxTokens: answerTokens, temperature: 0.2 },
-        {
-          onText: () => {},
-          signal,
-          onUsage: (u) => {
-            request.call.usedTokens = u.promptTokens + u.completionTokens;
-            request.call.completionTokens = u.completionTokens;
-          },
-        },
-      );
-      startedEngineWork(request.call, model, work);
-      const answered = await work;
-      // The answer is scrubbed like any chat answer (same placeholders as the query) unless scrub.output is off.
-      let answer = answered.content;
-      if (deps.config.scrub.output) {
-        const tally = noRedactions();
-        answer = (request.call.scrubSession ?? new ScrubSession()).scrub(answer, tally);
-        request.call.outputRedactions = tally;
-      }
-      return { ...result, model: model.id, answer, language: prompt.language, citations: citations.slice(0, prompt.quoted) };
+/** POST /v1/documents: the document (JSON, or an upload whose text is extracted) is chunked, embedded and stored. */
+async function ingestDocument(deps: DocumentRouteDeps, request: FastifyRequest, reply: FastifyReply) {
+  const library = deps.documents;
+  const signal = abortOnDisconnect(request, reply);
+  const body = request.isMultipart() ? await uploadedDocument(request, deps, library, signal) : (request.body as IngestBody);
+  try {
+    const started = Date.now();
+    const record = await library.add(
+      request.call.principal!.projectId,
+      {
+        knowledgeBase: body.knowledge_base,
+        content: body.content,
+        filename: body.filename ?? null,
+        metadata: body.metadata ?? null,
+        redactions: request.call.redactions ?? noRedactions(),
+      },
+      documentEmbedder(deps, request.call),
+      signal,
+    );
+    request.log.info({ document: record.id, chunks: record.chunkIds.length, ms: Date.now() - started }, 'document ingested');
+    return reply.code(201).send(documentObject(record));
+  } catch (err) {
+    libraryError(err);
+  }
+}
+
+/** POST /v1/documents/query: the passages that match, and an answer from a chat model quoting them when one is served. */
+async function queryDocuments(deps: DocumentRouteDeps, request: FastifyRequest<{ Body: QueryBody }>, reply: FastifyReply) {
+  const library = deps.documents;
+  const body = request.body;
+  const project = request.call.principal!.projectId;
+  const model = answeringModel(deps, body.model);
+  if (!library.count(project, body.knowledge_base)) {
+    throw new ApiError('not_found', `No knowledge base '${body.knowledge_base}' in this key's project (it has no documents).`, {
+      param: 'knowledge_base',
+    });
+  }
+  const signal = abortOnDisconnect(request, reply);
+  const { retrieval, hits } = await library.search(
+    project,
+    body.knowledge_base,
+    body.query,
+    body.top_k ?? 5,
+    documentEmbedder(deps, request.call),
+    signal,
+  );
+  const citations = hits.map((h, i) => ({
+    index: i + 1,
+    document_id: h.documentId,
+    filename: h.filename,
+    chunk: h.chunk,
+    score: h.score,
+    text: h.text,
+  }));
+  const result = {
+    object: 'documents.query',
+    knowledge_base: body.knowledge_base,
+    query: body.query,
+    retrieval,
+    model: null as string | null,
+    answer: null as string | null,
+    citations,
+  };
+  const engine = model && deps.engines.chat(model.id);
+  request.call.usedTokens = 0;
+  if (!model || !engine || !hits.length) return result;
+
+  const answerTokens = Math.min(body.max_tokens ?? ANSWER_TOKENS, Math.floor((model.contextTokens ?? 4096) / 4));
+  const prompt = answerPrompt(body.query, hits, model.contextTokens ?? 4096, answerTokens);
+  if (!prompt.quoted) return result;
+  const work = engine.chat(
+    model.id,
+    { messages: prompt.messages, maxTokens: answerTokens, temperature: 0.2 },
+    {
+      onText: () => {},
+      signal,
+      onUsage: (u) => {
+        request.call.usedTokens = u.promptTokens + u.completionTokens;
+        request.call.completionTokens = u.completionTokens;
+      },
     },
   );
+  startedEngineWork(request.call, model, work);
+  const answered = await work;
+  // The answer is scrubbed like any chat answer (same placeholders as the query) unless scrub.output is off.
+  let answer = answered.content;
+  if (deps.config.scrub.output) {
+    const tally = noRedactions();
+    answer = (request.call.scrubSession ?? new ScrubSession()).scrub(answer, tally);
+    request.call.outputRedactions = tally;
+  }
+  return { ...result, model: model.id, answer, language: prompt.language, citations: citations.slice(0, prompt.quoted) };
 }

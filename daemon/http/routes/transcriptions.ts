@@ -2,12 +2,12 @@
 // response_format, timestamp_granularities[]). The audio is decoded by ffmpeg into 16 kHz windows (speech/decode.ts)
 // that the engine transcribes one after another; the prompt is scrubbed like any text a model sees, and so is the
 // transcript unless scrub.output is off (a recording can speak an ID aloud).
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { EngineRegistry } from '../../engines/index.js';
 import type { ModelCatalog } from '../../models/index.js';
 import type { Config } from '../../config/index.js';
 import { ApiError } from '../../errors/index.js';
-import { noRedactions } from '../../scrub/index.js';
+import { noRedactions, type RedactionCounts, type ScrubSession } from '../../scrub/index.js';
 import {
   AudioError,
   decodeWindows,
@@ -21,7 +21,7 @@ import {
 } from '../../speech/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
-import { acceptUploads, readParts } from '../multipart.js';
+import { acceptUploads, readParts, type Parts } from '../multipart.js';
 import { scrubRequest } from '../stages/scrub.js';
 
 /** What the transcription route needs. */
@@ -54,39 +54,7 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: Transcript
       const engine = deps.engines.transcription(model.id);
       if (!engine) throw new ApiError('model_not_ready', `The model '${model.id}' is loading.`, { headers: { 'retry-after': '2' } });
 
-      const language = fields.language?.trim().toLowerCase() || null;
-      if (language !== null && !LANGUAGES.has(language)) {
-        throw invalid(`language must be 'ar' or 'en' (or absent to detect it); got '${fields.language}'.`, 'language');
-      }
-      const format = (fields.response_format ?? 'json') as ResponseFormat;
-      if (!RESPONSE_FORMATS.includes(format))
-        throw invalid(`response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`, 'response_format');
-      let temperature: number | undefined;
-      if (fields.temperature !== undefined) {
-        temperature = Number(fields.temperature);
-        if (!Number.isFinite(temperature) || temperature < 0 || temperature > 1)
-          throw invalid('temperature must be a number from 0 to 1.', 'temperature');
-      }
-      const granularities = new Set(
-        (fields['timestamp_granularities[]'] ?? fields.timestamp_granularities ?? 'segment').split(',').map((g) => g.trim()),
-      );
-      for (const g of granularities) {
-        if (g !== 'segment' && g !== 'word')
-          throw invalid(`timestamp_granularities takes 'segment' and 'word'; got '${g}'.`, 'timestamp_granularities');
-      }
-      if (granularities.size && fields['timestamp_granularities[]'] !== undefined && format !== 'verbose_json') {
-        throw invalid('timestamp_granularities needs response_format verbose_json.', 'timestamp_granularities');
-      }
-      if (!file.bytes.length) throw invalid('The audio file is empty.', 'file');
-      if (!AUDIO_EXTENSIONS.test(file.filename) && !/^(audio|video)\//.test(file.mimetype)) {
-        throw new ApiError(
-          'unsupported_media_type',
-          `'${file.filename}' (${file.mimetype}) is not audio: send wav, mp3, ogg/opus, webm, m4a or flac.`,
-          {
-            param: 'file',
-          },
-        );
-      }
+      const { language, format, temperature, granularities } = callOptions(fields, file);
       const body = { prompt: fields.prompt ?? '' };
       await scrubRequest(request, 'transcription', body);
 
@@ -113,40 +81,88 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: Transcript
       }
       if (deps.config.scrub.output) {
         const tally = noRedactions();
-        const session = request.call.scrubSession!;
-        // Segments and words are read joined (the transcript's text joins its segments with a space): a value spoken
-        // across two of them is one value.
-        const segments = session.scrubPieces(
-          transcript.segments.map((s) => s.text),
-          ' ',
-          tally,
-        );
-        const words =
-          transcript.words &&
-          session.scrubPieces(
-            transcript.words.map((w) => w.word),
-            ' ',
-          );
-        transcript = {
-          ...transcript,
-          segments: transcript.segments.map((s, i) => ({ ...s, text: segments[i]! })),
-          ...(transcript.words && words ? { words: transcript.words.map((w, i) => ({ ...w, word: words[i]! })) } : {}),
-        };
+        transcript = scrubTranscript(transcript, request.call.scrubSession!, tally);
         request.call.outputRedactions = tally;
       }
       request.call.usedTokens = 0;
-      switch (format) {
-        case 'text':
-          return reply.type('text/plain; charset=utf-8').send(`${transcriptText(transcript)}\n`);
-        case 'srt':
-          return reply.type('application/x-subrip; charset=utf-8').send(toSrt(transcript));
-        case 'vtt':
-          return reply.type('text/vtt; charset=utf-8').send(toVtt(transcript));
-        case 'verbose_json':
-          return toVerboseJson(transcript, granularities);
-        default:
-          return { text: transcriptText(transcript) };
-      }
+      return sendTranscript(reply, transcript, format, granularities);
     });
   });
+}
+
+/** The call's options from its form fields, checked: a 400 (or 415 for a file that is not audio) names the field. */
+function callOptions(fields: Record<string, string | undefined>, file: Parts['file']) {
+  const language = fields.language?.trim().toLowerCase() || null;
+  if (language !== null && !LANGUAGES.has(language)) {
+    throw invalid(`language must be 'ar' or 'en' (or absent to detect it); got '${fields.language}'.`, 'language');
+  }
+  const format = (fields.response_format ?? 'json') as ResponseFormat;
+  if (!RESPONSE_FORMATS.includes(format))
+    throw invalid(`response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`, 'response_format');
+  let temperature: number | undefined;
+  if (fields.temperature !== undefined) {
+    temperature = Number(fields.temperature);
+    if (!Number.isFinite(temperature) || temperature < 0 || temperature > 1)
+      throw invalid('temperature must be a number from 0 to 1.', 'temperature');
+  }
+  const granularities = new Set(
+    (fields['timestamp_granularities[]'] ?? fields.timestamp_granularities ?? 'segment').split(',').map((g) => g.trim()),
+  );
+  for (const g of granularities) {
+    if (g !== 'segment' && g !== 'word')
+      throw invalid(`timestamp_granularities takes 'segment' and 'word'; got '${g}'.`, 'timestamp_granularities');
+  }
+  if (granularities.size && fields['timestamp_granularities[]'] !== undefined && format !== 'verbose_json') {
+    throw invalid('timestamp_granularities needs response_format verbose_json.', 'timestamp_granularities');
+  }
+  if (!file.bytes.length) throw invalid('The audio file is empty.', 'file');
+  if (!AUDIO_EXTENSIONS.test(file.filename) && !/^(audio|video)\//.test(file.mimetype)) {
+    throw new ApiError(
+      'unsupported_media_type',
+      `'${file.filename}' (${file.mimetype}) is not audio: send wav, mp3, ogg/opus, webm, m4a or flac.`,
+      {
+        param: 'file',
+      },
+    );
+  }
+  return { language, format, temperature, granularities };
+}
+
+/**
+ * The transcript with personal data replaced. Segments and words are read joined (the transcript's text joins its
+ * segments with a space): a value spoken across two of them is one value.
+ */
+function scrubTranscript(transcript: Transcript, session: ScrubSession, tally: RedactionCounts): Transcript {
+  const segments = session.scrubPieces(
+    transcript.segments.map((s) => s.text),
+    ' ',
+    tally,
+  );
+  const words =
+    transcript.words &&
+    session.scrubPieces(
+      transcript.words.map((w) => w.word),
+      ' ',
+    );
+  return {
+    ...transcript,
+    segments: transcript.segments.map((s, i) => ({ ...s, text: segments[i]! })),
+    ...(transcript.words && words ? { words: transcript.words.map((w, i) => ({ ...w, word: words[i]! })) } : {}),
+  };
+}
+
+/** The transcript in the format asked for. */
+function sendTranscript(reply: FastifyReply, transcript: Transcript, format: ResponseFormat, granularities: Set<string>) {
+  switch (format) {
+    case 'text':
+      return reply.type('text/plain; charset=utf-8').send(`${transcriptText(transcript)}\n`);
+    case 'srt':
+      return reply.type('application/x-subrip; charset=utf-8').send(toSrt(transcript));
+    case 'vtt':
+      return reply.type('text/vtt; charset=utf-8').send(toVtt(transcript));
+    case 'verbose_json':
+      return toVerboseJson(transcript, granularities);
+    default:
+      return { text: transcriptText(transcript) };
+  }
 }
