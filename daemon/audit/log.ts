@@ -34,11 +34,10 @@ const LMDB_BATCH_MS = 10;
 const LMDB_BATCH_ENTRIES = 512;
 
 /**
- * The entry's UTF-8 in memory of its own. Buffer.from would cut a short entry from Node's shared 8 KB pool, and the
- * entry is held until lmdb has it (tens of milliseconds), so now and then one is promoted to the old generation; a
- * promoted slice keeps its whole slab alive until the next full collection. At 1,000 calls a second that was about
- * 4 MB/s of external memory, and V8 answered it with a full collection every 15–20 s ("external memory pressure"),
- * each 10–40 ms of stopped or slowed event loop. Own memory costs about a microsecond more per entry.
+ * The entry's UTF-8 in memory of its own. It MUST NOT be a slice of Node's shared buffer pool (Buffer.from): the entry
+ * is held until lmdb has it, long enough to be promoted to the old generation now and then, and a promoted slice keeps
+ * its whole slab alive until the next full collection. Under load that external memory drives V8 into full
+ * collections that stop the event loop; memory of its own costs a little more per entry and avoids them.
  */
 function ownBytes(json: string): Buffer {
   const bytes = Buffer.allocUnsafeSlow(Buffer.byteLength(json));
