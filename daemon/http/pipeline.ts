@@ -37,7 +37,7 @@ import {
 import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { EgressService } from '../egress/index.js';
-import type { BootReport } from '../service/boots.js';
+import type { BootReport } from '../health/index.js';
 import type { Accounts } from '../accounts/index.js';
 import type { UsageMeter } from '../usage/index.js';
 import type { UpstreamHealth } from '../health/index.js';
