@@ -63,7 +63,7 @@ try {
   });
 
   // As the daemon opens it: durable through the write-ahead journal, lmdb written behind it.
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   const signer = new SoftwareSigner(join(dir, 'key.pem'));
   const checkpoints = new Checkpointer(store, log, signer, {
     origin: 'bench',

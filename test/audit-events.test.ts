@@ -118,7 +118,7 @@ t.test('an event logged before a crash is not logged again from the outbox', asy
   const dir = tempDir(t);
   const store = openStore(dir);
   t.teardown(() => store.close());
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   const outbox = new AuditOutbox(store);
   outbox.put('project.created', { by: ME, project: 'proj_a', name: 'a' });
   outbox.put('project.created', { by: ME, project: 'proj_b', name: 'b' });

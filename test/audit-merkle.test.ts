@@ -152,13 +152,13 @@ t.test('the log in lmdb: stored subtrees give the same heads and proofs, durably
   const dir = tempDir(t);
   const entries = Array.from({ length: 37 }, (_, i) => ({ n: i, text: `call ${i}`, nested: { b: 2, a: [1, 'x'] } }));
   let store = openStore(dir);
-  let log = new AuditLog(store);
+  let log = AuditLog.open(store);
   // Appended concurrently: indexes follow the order of the calls, and the commits are shared.
   const indexes = await Promise.all(entries.slice(0, 20).map((e) => log.append(e)));
   t.same(indexes, [...Array(20).keys()]);
   await store.close();
   store = openStore(dir);
-  log = new AuditLog(store);
+  log = AuditLog.open(store);
   t.equal(log.size, 20, 'reopened with every committed entry');
   for (const e of entries.slice(20)) await log.append(e);
   const leaves = entries.map((e) => leafHash(Buffer.from(canonicalJson(e))));
@@ -215,7 +215,7 @@ t.test("an entry handed to lmdb owns its memory: not a slice of Node's shared 8 
     handed.push(value);
     return db.put(key, value);
   });
-  const log = new AuditLog(recording, { journalDir: dir });
+  const log = AuditLog.open(recording, { journalDir: dir });
   // Short entries, the kind Buffer.from cuts from the pool.
   for (let n = 0; n < 4; n++) await log.append({ n, text: 'رقم الحساب' });
   await log.settled();
@@ -233,7 +233,7 @@ t.test('a failed write stops the log without a hole; a hole left on disk is cut 
   const dir = tempDir(t);
   const store = openStore(dir);
   const { failing, failNextPut } = failingOnce(store);
-  const log = new AuditLog(failing);
+  const log = AuditLog.open(failing);
   for (let i = 0; i < 3; i++) await log.append({ n: i });
   failNextPut();
   const results = await Promise.allSettled([log.append({ n: 3 }), log.append({ n: 4 })]);
@@ -251,7 +251,7 @@ t.test('a failed write stops the log without a hole; a hole left on disk is cut 
   // On disk: entries 0..2, then 4 (3 never committed). Reopening cuts the log back to 3, subtrees included.
   const reopened = openStore(dir);
   t.ok(reopened.bytes('audit-entries').get(4), 'the entry after the hole reached the disk');
-  const repaired = new AuditLog(reopened);
+  const repaired = AuditLog.open(reopened);
   t.equal(repaired.size, 3, 'the log ends where the hole begins');
   t.notOk(reopened.bytes('audit-entries').get(4), 'what followed the hole is gone');
   for (let i = 3; i < 9; i++) await repaired.append({ n: i });
@@ -265,7 +265,7 @@ t.test('with the write-ahead journal: acknowledged entries lmdb lost come back a
   const dir = tempDir(t);
   const entries = Array.from({ length: 13 }, (_, n) => ({ n }));
   let store = openStore(dir);
-  let log = new AuditLog(store, { journalDir: dir });
+  let log = AuditLog.open(store, { journalDir: dir });
   for (const e of entries) await log.append(e);
   await log.close();
   await store.close();
@@ -283,8 +283,8 @@ t.test('with the write-ahead journal: acknowledged entries lmdb lost come back a
   appendFileSync(join(dir, journals[0]), Buffer.from([0x40, 0, 0, 0, 1, 2, 3, 4, 5]));
 
   store = openStore(dir);
-  t.equal(new AuditLog(store).size, 8, 'lmdb alone has 8 entries');
-  log = new AuditLog(store, { journalDir: dir });
+  t.equal(AuditLog.open(store).size, 8, 'lmdb alone has 8 entries');
+  log = AuditLog.open(store, { journalDir: dir });
   t.equal(log.size, 13, 'the journal brought back every acknowledged entry');
   const reference = subtreesOf(entries.map((e) => leafHash(Buffer.from(canonicalJson(e)))));
   for (let n = 1; n <= 13; n++) if (!log.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after replay`);
@@ -304,7 +304,7 @@ t.test('with the write-ahead journal: acknowledged entries lmdb lost come back a
 t.test('with the journal, lmdb gets entries in batches: an acknowledged entry is readable at once, proofs wait for lmdb', async (t) => {
   const dir = tempDir(t);
   const store = openStore(dir);
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   const entries = Array.from({ length: 5 }, (_, n) => ({ n }));
   const indexes = await Promise.all(entries.map((e) => log.append(e)));
   t.same(indexes, [0, 1, 2, 3, 4], 'indexes in the order of the appends');
@@ -329,14 +329,14 @@ t.test('while lmdb lags behind the journal, every acknowledged entry stays reada
   const dir = tempDir(t);
   const store = openStore(dir);
   // A log that does not start at 0, so the entries held do not start at the beginning of anything.
-  const first = new AuditLog(store, { journalDir: dir });
+  const first = AuditLog.open(store, { journalDir: dir });
   for (let n = 0; n < 300; n++) void first.append({ n });
   await first.settled();
   await first.close();
   let release = () => {};
   const lmdbBack = new Promise<void>((resolve) => (release = resolve));
   const lagging = withEntriesPut(store, (db) => (key, value) => lmdbBack.then(() => db.put(key, value)));
-  const log = new AuditLog(lagging, { journalDir: dir });
+  const log = AuditLog.open(lagging, { journalDir: dir });
   t.equal(log.size, 300);
   // Far more entries than lmdb's batches hold, all acknowledged by the journal while lmdb has none of them.
   const indexes = await Promise.all(Array.from({ length: 1500 }, (_, i) => log.append({ n: 300 + i })));
@@ -362,7 +362,7 @@ t.test('with the journal, a failed lmdb batch stops the log without losing what 
   const dir = tempDir(t);
   const store = openStore(dir);
   const { failing, failNextPut } = failingOnce(store);
-  const log = new AuditLog(failing, { journalDir: dir });
+  const log = AuditLog.open(failing, { journalDir: dir });
   for (let i = 0; i < 3; i++) await log.append({ n: i });
   await log.settled();
   failNextPut();
@@ -376,7 +376,7 @@ t.test('with the journal, a failed lmdb batch stops the log without losing what 
   await store.close();
 
   const reopened = openStore(dir);
-  const replayed = new AuditLog(reopened, { journalDir: dir });
+  const replayed = AuditLog.open(reopened, { journalDir: dir });
   t.equal(replayed.size, 5, 'the next start replays the acknowledged entries from the journal');
   const reference = subtreesOf(Array.from({ length: 5 }, (_, n) => leafHash(Buffer.from(canonicalJson({ n })))));
   t.ok(replayed.root(5).equals(treeHead(reference, 5)));
@@ -406,7 +406,7 @@ t.test('the journal moved, with crashes between: what it acknowledged in each pl
   const dataDir = tempDir(t);
   const [first, second, third] = [tempDir(t), tempDir(t), join(tempDir(t), 'made', 'for', 'it')];
   let store = openStore(dataDir);
-  let log = new AuditLog(store, { journalDir: first });
+  let log = AuditLog.open(store, { journalDir: first });
   for (let n = 0; n < 13; n++) await log.append({ n });
   await log.close();
   await store.close();
@@ -415,7 +415,7 @@ t.test('the journal moved, with crashes between: what it acknowledged in each pl
   // Moved; and this run crashes before lmdb ever flushes, so its clean-up never happens.
   store = openStore(dataDir);
   const neverFlushed: Store = { ...store, flushed: () => new Promise<void>(() => {}) };
-  log = new AuditLog(neverFlushed, { journalDir: second });
+  log = AuditLog.open(neverFlushed, { journalDir: second });
   t.equal(log.size, 13, 'the entries acknowledged in the old directory are back');
   for (let n = 13; n < 16; n++) t.equal(await log.append({ n }), n, 'appends go on in the new one');
   await log.close();
@@ -424,7 +424,7 @@ t.test('the journal moved, with crashes between: what it acknowledged in each pl
 
   // Moved again, to a directory that does not exist yet: both earlier directories are still searched.
   store = openStore(dataDir);
-  log = new AuditLog(store, { journalDir: third });
+  log = AuditLog.open(store, { journalDir: third });
   t.equal(log.size, 16, 'the entries acknowledged in both earlier directories are back');
   const reference = subtreesOf(Array.from({ length: 16 }, (_, n) => leafHash(Buffer.from(canonicalJson({ n })))));
   for (let n = 1; n <= 16; n++) if (!log.root(n).equals(treeHead(reference, n))) t.fail(`root ${n} after the moves`);
@@ -437,7 +437,7 @@ t.test('the journal moved, with crashes between: what it acknowledged in each pl
   rmSync(first, { recursive: true });
   rmSync(second, { recursive: true });
   store = openStore(dataDir);
-  log = new AuditLog(store, { journalDir: third });
+  log = AuditLog.open(store, { journalDir: third });
   t.equal(log.size, 16);
   await log.close();
   await store.close();
@@ -447,7 +447,7 @@ t.test('a directory the journal was kept in that is missing, or shows an empty m
   const dataDir = tempDir(t);
   const kept = tempDir(t);
   let store = openStore(dataDir);
-  const log = new AuditLog(store, { journalDir: kept });
+  const log = AuditLog.open(store, { journalDir: kept });
   for (let n = 0; n < 3; n++) await log.append({ n });
   await log.close();
   await store.close();
@@ -457,7 +457,7 @@ t.test('a directory the journal was kept in that is missing, or shows an empty m
   renameSync(kept, `${kept}.device`);
   for (const journalDir of [kept, join(dataDir, 'journal')]) {
     t.throws(
-      () => new AuditLog(store, { journalDir }),
+      () => AuditLog.open(store, { journalDir }),
       /cannot read the audit journal files in .*, where the journal has been kept \(ENOENT.*mount its device.*audit-journal-dirs\.json/,
       `missing, journaling in ${journalDir === kept ? 'it' : 'another'}`,
     );
@@ -465,7 +465,7 @@ t.test('a directory the journal was kept in that is missing, or shows an empty m
   mkdirSync(kept); // the mount point, its device not mounted
   for (const journalDir of [kept, join(dataDir, 'journal')]) {
     t.throws(
-      () => new AuditLog(store, { journalDir }),
+      () => AuditLog.open(store, { journalDir }),
       /is where the audit journal has been kept, but it holds no audit-journal-log\.id of this log: its device is not mounted\?/,
       `an empty mount point, journaling in ${journalDir === kept ? 'it' : 'another'}`,
     );
@@ -473,7 +473,7 @@ t.test('a directory the journal was kept in that is missing, or shows an empty m
   t.same(readdirSync(kept), [], 'nothing was written on the mount point');
   rmSync(kept, { recursive: true });
   renameSync(`${kept}.device`, kept);
-  const back = new AuditLog(store, { journalDir: kept });
+  const back = AuditLog.open(store, { journalDir: kept });
   t.equal(back.size, 3, 'back: the entries it held are replayed');
   await back.close();
   await store.close();
@@ -482,17 +482,17 @@ t.test('a directory the journal was kept in that is missing, or shows an empty m
 t.test("a journal directory holding another log's journal stops the start", async (t) => {
   const journal = tempDir(t);
   let store = openStore(tempDir(t));
-  const log = new AuditLog(store, { journalDir: journal });
+  const log = AuditLog.open(store, { journalDir: journal });
   await log.append({ n: 0 });
   await log.close();
   await store.close();
   // A data directory started afresh, the journal's directory kept: its files are not this new log's.
   store = openStore(tempDir(t));
   t.throws(
-    () => new AuditLog(store, { journalDir: journal }),
+    () => AuditLog.open(store, { journalDir: journal }),
     /holds another audit log's journal \(its audit-journal-log\.id differs\): empty it, or keep this journal elsewhere/,
   );
-  t.equal(new AuditLog(store).size, 0, 'nothing of it was replayed');
+  t.equal(AuditLog.open(store).size, 0, 'nothing of it was replayed');
   await store.close();
 });
 
@@ -500,7 +500,7 @@ t.test('journal files in a former directory the log does not remember (the daemo
   const dataDir = tempDir(t);
   const elsewhere = tempDir(t);
   let store = openStore(dataDir);
-  let log = new AuditLog(store, { journalDir: dataDir });
+  let log = AuditLog.open(store, { journalDir: dataDir });
   for (let n = 0; n < 5; n++) await log.append({ n });
   await log.close();
   await store.close();
@@ -509,14 +509,14 @@ t.test('journal files in a former directory the log does not remember (the daemo
   await loseFromLmdb(dataDir, 2, 5);
 
   store = openStore(dataDir);
-  const unaware = new AuditLog({ ...store, flushed: () => new Promise<void>(() => {}) }, { journalDir: elsewhere });
+  const unaware = AuditLog.open({ ...store, flushed: () => new Promise<void>(() => {}) }, { journalDir: elsewhere });
   t.equal(unaware.size, 2, 'not found without being told where to look');
   await unaware.close();
-  log = new AuditLog(store, { journalDir: elsewhere, formerJournalDirs: [dataDir] });
+  log = AuditLog.open(store, { journalDir: elsewhere, formerJournalDirs: [dataDir] });
   t.equal(log.size, 5);
   const file = join(dataDir, 'sovereign.mdb');
   t.throws(
-    () => new AuditLog(store, { journalDir: join(file, 'journal') }),
+    () => AuditLog.open(store, { journalDir: join(file, 'journal') }),
     /cannot keep the audit journal in .*sovereign\.mdb\/journal \(audit\.journalDir, default the data directory\): ENOTDIR/,
     'a journal directory that cannot be one says which and why',
   );

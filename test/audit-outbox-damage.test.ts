@@ -44,7 +44,7 @@ t.test('records that are not events are moved aside; the events behind them are 
 
   const store = openStore(dir);
   t.teardown(() => store.close());
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   const id = (n: number) => `evt_${String(n).padStart(24, '0')}`;
   const base = { kind: 'project.created', at: '2026-01-01T00:00:00.000Z' };
   putRaw(store, 'b-nan', { ...base, id: id(1), fields: { by: ME, project: 'p', name: 'n', rpm: Number.NaN } });
@@ -100,7 +100,7 @@ t.test("an entry naming a request id that is not the daemon's does not stop the 
   const dir = tempDir(t);
   const store = openStore(dir);
   t.teardown(() => store.close());
-  let log = new AuditLog(store, { journalDir: dir });
+  let log = AuditLog.open(store, { journalDir: dir });
   const append = appender(log);
   const long = 'x'.repeat(5_000);
   await append('boot', { request_id: long });
@@ -113,7 +113,7 @@ t.test("an entry naming a request id that is not the daemon's does not stop the 
   await log.close();
   // A start that indexes the log again (as after a crash replay) meets the long id too.
   store.db('audit-request-ids').removeSync('#covered');
-  log = new AuditLog(store, { journalDir: dir });
+  log = AuditLog.open(store, { journalDir: dir });
   t.equal(log.size, 2, 'the next start reads and indexes the log');
   t.equal(log.findRequest(own), 1);
   await log.close();
@@ -123,7 +123,7 @@ t.test('a record under a key that is not a string is set aside too; the events b
   const dir = tempDir(t);
   const store = openStore(dir);
   t.teardown(() => store.close());
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   // lmdb keys may be numbers or arrays (sorted before every string key): a foreign writer's record.
   const foreign = store.db<unknown, number | string[]>('audit-outbox');
   foreign.putSync(7, { kind: 'project.created' });

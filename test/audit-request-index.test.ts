@@ -13,7 +13,7 @@ const entryOf = (i: number, project = 'acme') => ({ kind: 'call', v: 3, request_
 
 /** A log with `count` entries, appended in batches (as calls would be), each naming its request id. */
 async function buildLog(store: Store, dir: string, count: number): Promise<AuditLog> {
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   for (let from = 0; from < count; from += 1000) {
     const appends: Array<Promise<number>> = [];
     for (let i = from; i < Math.min(count, from + 1000); i++) appends.push(log.appendCanonical(JSON.stringify(entryOf(i)), idOf(i)));
@@ -72,7 +72,7 @@ t.test('the index catches up at a start: for a log written before it existed, an
   await store.close();
 
   store = openStore(dir);
-  log = new AuditLog(store, { journalDir: dir });
+  log = AuditLog.open(store, { journalDir: dir });
   t.equal(log.findRequest(idOf(3)), 3, 'an entry from before the index is found after a start');
   t.equal(log.findRequest(idOf(4999)), 4999);
   await log.close();
@@ -80,7 +80,7 @@ t.test('the index catches up at a start: for a log written before it existed, an
 
   // A crash after the journal took entries and before lmdb committed them: lmdb lost them (and their index keys).
   store = openStore(dir);
-  log = new AuditLog(store, { journalDir: dir });
+  log = AuditLog.open(store, { journalDir: dir });
   const appends: Array<Promise<number>> = [];
   for (let i = 5000; i < 5100; i++) appends.push(log.appendCanonical(JSON.stringify(entryOf(i)), idOf(i)));
   await Promise.all(appends);
@@ -92,7 +92,7 @@ t.test('the index catches up at a start: for a log written before it existed, an
 
   store = openStore(dir);
   t.teardown(() => store.close());
-  log = new AuditLog(store, { journalDir: dir });
+  log = AuditLog.open(store, { journalDir: dir });
   t.teardown(() => log.close());
   t.equal(log.size, 5100, 'the journal put the entries back');
   const replayed = readsDuring(log, () => log.findRequest(idOf(5050)));

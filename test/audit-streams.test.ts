@@ -247,7 +247,7 @@ t.test("the verifier's code (the dashboard's in-page check) takes entries of eve
   const dir = tempDir(t);
   const store = openStore(dir);
   t.teardown(() => store.close());
-  const log = new AuditLog(store, { journalDir: dir });
+  const log = AuditLog.open(store, { journalDir: dir });
   const kinds = [
     { project: 'p', request_id: 'req_1', status: 200, v: 1 }, // a call from before kinds
     { kind: 'stream.start', v: 1, request_id: 'req_2', time: '2026-11-28T00:00:00.000Z' },

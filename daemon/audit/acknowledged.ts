@@ -1,11 +1,9 @@
-// The entries the journal has on disk that lmdb does not hold readable yet, by leaf index, for the few milliseconds
+// The entries the journal has on disk that lmdb does not hold readable yet, by leaf index, for the short while
 // between: a client that asks for its entry right after its response gets it. A ring of slots rewritten in place,
-// not a Map. Every entry passes through here, and with a Map (and another for the tree's right edge, log.ts) each
-// young collection at 1,000 calls a second moved about 160 KB to the old generation, mostly entries and the maps'
-// tables, there to wait for a full collection; with arrays rewritten in place, about 47 KB (the bare proxy: 17 KB),
-// and young collections take 1.1 ms instead of 1.8. Most likely cause: a Map's table is rebuilt again and again as
-// keys come and go, and a replaced table that had reached the old generation still holds what it held, which young
-// collections cannot tell from live.
+// not a Map (nor is the tree's right edge in log.ts). Every entry passes through here: a Map's table is rebuilt again
+// and again as keys come and go, and a replaced table that has reached the old generation still holds what it held,
+// which young collections cannot tell from live, so entries and tables pile up there for a full collection. Slots
+// rewritten in place promote far less and keep young collections short.
 
 /** Slots a ring starts with, and shrinks back to once it is empty. */
 const SLOTS = 256;

@@ -22,7 +22,7 @@ export async function exportAudit(
   progress: (done: number, total: number) => void = () => {},
 ): Promise<ExportSummary> {
   mkdirSync(dir, { recursive: true });
-  const log = new AuditLog(store);
+  const log = AuditLog.open(store);
   const { anchors, size, allKeys } = exportAnchors(store, log, origin);
   const last = anchors.checkpoints.at(-1);
   const { public_key: publicKey, attestation_key: attestationKey } = anchors;

@@ -157,7 +157,7 @@ export class AuditService {
    */
   static async open(config: Config, store: Store, log: Logger): Promise<AuditService> {
     // Journal files left in the data directory (the default place) are replayed wherever the journal is now.
-    const auditLog = new AuditLog(store, { journalDir: config.audit.journalDir ?? config.dataDir, formerJournalDirs: [config.dataDir] });
+    const auditLog = AuditLog.open(store, { journalDir: config.audit.journalDir ?? config.dataDir, formerJournalDirs: [config.dataDir] });
     let signer: Signer | null = null;
     let problem: string | null = null;
     const createsKey = config.audit.signer === 'software' && !existsSync(softwareKeyFile(config));

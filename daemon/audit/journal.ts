@@ -1,10 +1,9 @@
 // The audit log's write-ahead journal: what makes an entry durable before its response leaves. An lmdb commit with
-// its sync costs about a millisecond at best and tens at worst on this kind of disk; appending to one file opened
-// with O_DSYNC (each write returns once it is on disk) costs about a tenth of that. So each entry is appended here
-// (every entry that arrives while a write is running shares the next one: group commit), acknowledged once written,
-// and written to lmdb in the background. At start, entries the journal holds beyond what lmdb has are replayed into
-// it; a record torn by a crash mid-write was never acknowledged and is dropped. Files rotate once lmdb has everything
-// they hold on disk.
+// its sync costs far more, and far less evenly, than an append to one file opened with O_DSYNC (each write returns
+// once it is on disk). So each entry is appended here (every entry that arrives while a write is running shares the
+// next one: group commit), acknowledged once written, and written to lmdb in the background. At start, entries the
+// journal holds beyond what lmdb has are replayed into it; a record torn by a crash mid-write was never acknowledged
+// and MUST be dropped. Files rotate once lmdb has everything they hold on disk.
 //
 // Record: u32 payload length, u32 CRC-32 of (index, payload), f64 leaf index, payload (the entry's canonical JSON);
 // all little-endian.

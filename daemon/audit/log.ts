@@ -34,11 +34,10 @@ const LMDB_BATCH_MS = 10;
 const LMDB_BATCH_ENTRIES = 512;
 
 /**
- * The entry's UTF-8 in memory of its own. Buffer.from would cut a short entry from Node's shared 8 KB pool, and the
- * entry is held until lmdb has it (tens of milliseconds), so now and then one is promoted to the old generation; a
- * promoted slice keeps its whole slab alive until the next full collection. At 1,000 calls a second that was about
- * 4 MB/s of external memory, and V8 answered it with a full collection every 15–20 s ("external memory pressure"),
- * each 10–40 ms of stopped or slowed event loop. Own memory costs about a microsecond more per entry.
+ * The entry's UTF-8 in memory of its own. It MUST NOT be a slice of Node's shared buffer pool (Buffer.from): the entry
+ * is held until lmdb has it, long enough to be promoted to the old generation now and then, and a promoted slice keeps
+ * its whole slab alive until the next full collection. Under load that external memory drives V8 into full
+ * collections that stop the event loop; memory of its own costs a little more per entry and avoids them.
  */
 function ownBytes(json: string): Buffer {
   const bytes = Buffer.allocUnsafeSlow(Buffer.byteLength(json));
@@ -56,6 +55,16 @@ interface Unwritten {
   nodes: Array<[number, Hash]>;
 }
 
+/** What opening the journal at a start found and left to do (AuditLog.openJournal). */
+interface ReopenedJournal {
+  /** The journal files read, to remove once lmdb has their entries on disk. */
+  files: string[];
+  /** The lowest index put back into lmdb (Infinity if none). */
+  replayedFrom: number;
+  /** Once the files are gone, shrinks the list of journal directories to the journal's own (null: it is already). */
+  settle: (() => void) | null;
+}
+
 interface SizeWaiter {
   size: number;
   resolve: () => void;
@@ -63,17 +72,15 @@ interface SizeWaiter {
 }
 
 export class AuditLog {
-  private readonly entries: Database<Buffer, number>;
-  private readonly nodes: Database<Buffer, number>;
   private journal: AuditJournal | null = null;
   /** Leaves assigned so far (some may still be committing). */
-  private assigned: number;
+  private assigned = 0;
   /** Leaves on disk and readable from lmdb: what proofs and checkpoints may cover. */
-  private durable: number;
+  private durable = 0;
   /** Leaves the journal has on disk (acknowledged): every leaf below it. */
-  private journaled: number;
+  private journaled = 0;
   /** Leaves lmdb has committed: every leaf below it. */
-  private committed: number;
+  private committed = 0;
   /**
    * Right edge of the tree: the complete subtree at each level still waiting for its right sibling, by level (at most
    * 41 levels: keys hold a trillion entries, LEVEL_STRIDE). An array rewritten in place rather than a Map, for the
@@ -97,17 +104,25 @@ export class AuditLog {
   private failure: Error | null = null;
   /** Entries acknowledged (in the journal) that lmdb does not hold readable yet. */
   private readonly acknowledged = new AcknowledgedEntries();
-  /** Request id → newest leaf, for leaves below `committed`; the ones above are searched in memory. */
-  private readonly requestIndex: RequestIndex;
 
-  constructor(
+  private constructor(
     private readonly store: Store,
-    private readonly options: AuditLogOptions = {},
-  ) {
-    this.entries = store.bytes('audit-entries');
-    this.nodes = store.bytes('audit-nodes');
-    this.requestIndex = new RequestIndex(store);
-    this.assigned = this.durable = this.journaled = this.committed = this.load();
+    private readonly options: AuditLogOptions,
+    private readonly entries: Database<Buffer, number>,
+    private readonly nodes: Database<Buffer, number>,
+    /** Request id → newest leaf, for leaves below `committed`; the ones above are searched in memory. */
+    private readonly requestIndex: RequestIndex,
+  ) {}
+
+  /**
+   * Opens the log in `store` as the disk holds it (load). With `options.journalDir` (the daemon: the journal's one
+   * writer) the journal's entries lmdb lacks are put back first, and an append is acknowledged once the journal has
+   * it; without (tools), an append waits for lmdb's own flush. Throws if a journal directory cannot be used.
+   */
+  static open(store: Store, options: AuditLogOptions = {}): AuditLog {
+    const log = new AuditLog(store, options, store.bytes('audit-entries'), store.bytes('audit-nodes'), new RequestIndex(store));
+    log.assigned = log.durable = log.journaled = log.committed = log.load();
+    return log;
   }
 
   /**
@@ -115,67 +130,84 @@ export class AuditLog {
    * right edge read, and a new journal file to append to. Returns the size.
    */
   private load(): number {
-    const { store, options } = this;
-    let replayed: { files: string[]; from: number } | null = null;
-    /** Once the replayed files are gone, the list of journal directories shrinks to this one. */
-    let settle: (() => void) | null = null;
-    if (options.journalDir) {
-      const dir = resolve(options.journalDir);
-      const list = join(dirname(store.path), JOURNAL_DIRS_FILE);
-      const known = readJournalDirs(list);
-      // A new log's id is kept before any directory bears it.
-      if (!known.dirs.length) writeJournalDirs(list, known);
-      // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
-      // After a failed write nothing is issued any more, so the file must stay (it is replayed).
-      const opened = AuditJournal.open(
-        dir,
-        () => {
-          if (this.failure) return Promise.reject(this.failure);
-          this.writeBatch();
-          return this.lmdbTail.then(() => store.flushed());
-        },
-        known,
-        (options.formerJournalDirs ?? []).map((d) => resolve(d)),
-      );
-      try {
-        // Named before the journal there takes its first entry (once it could be opened): a crash from here on finds
-        // its files at the next start, whatever audit.journalDir says then.
-        if (!known.dirs.includes(dir)) writeJournalDirs(list, { log: known.log, dirs: [...known.dirs, dir] });
-        replayed = { files: opened.files, from: this.replay(opened.records) };
-      } catch (err) {
-        void opened.journal.close();
-        throw err;
-      }
-      this.journal = opened.journal;
-      if (known.dirs.length !== 1 || known.dirs[0] !== dir) settle = () => writeJournalDirs(list, { log: known.log, dirs: [dir] });
-    }
+    const reopened = this.options.journalDir ? this.openJournal(resolve(this.options.journalDir)) : null;
     const size = this.repairTail();
-    if (replayed && replayed.from < size) this.rebuildNodes(replayed.from, size);
+    if (reopened && reopened.replayedFrom < size) this.rebuildNodes(reopened.replayedFrom, size);
     // What lmdb lost and the journal put back (or a log older than the index) is indexed before any append. Only by the
-    // daemon (the journal's writer): a tool that reads the log while it runs must not write to it.
-    if (options.journalDir) this.requestIndex.catchUp(size, (leaf) => this.entries.get(leaf));
+    // daemon (the journal's writer): a tool that reads the log while it runs MUST NOT write to it.
+    if (reopened) this.requestIndex.catchUp(size, (leaf) => this.entries.get(leaf));
     this.acknowledged.dropBelow(size);
+    this.readRightEdge(size);
+    if (reopened) this.forgetReplayed(reopened);
+    return size;
+  }
+
+  /**
+   * Opens the journal in `dir` and puts into lmdb the entries its files hold that lmdb lacks. Returns the files
+   * replayed, the lowest index put back (Infinity if none), and, when the journal has moved, what shrinks the list of
+   * its directories to `dir` alone.
+   */
+  private openJournal(dir: string): ReopenedJournal {
+    const { store, options } = this;
+    const list = join(dirname(store.path), JOURNAL_DIRS_FILE);
+    const known = readJournalDirs(list);
+    // A new log's id is kept before any directory bears it.
+    if (!known.dirs.length) writeJournalDirs(list, known);
+    // Before a journal file goes, lmdb must have its entries on disk: the batch still waiting is issued first.
+    // After a failed write nothing is issued any more, so the file must stay (it is replayed).
+    const opened = AuditJournal.open(
+      dir,
+      () => {
+        if (this.failure) return Promise.reject(this.failure);
+        this.writeBatch();
+        return this.lmdbTail.then(() => store.flushed());
+      },
+      known,
+      (options.formerJournalDirs ?? []).map((d) => resolve(d)),
+    );
+    let replayedFrom: number;
+    try {
+      // Named before the journal there takes its first entry (once it could be opened): a crash from here on finds
+      // its files at the next start, whatever audit.journalDir says then.
+      if (!known.dirs.includes(dir)) writeJournalDirs(list, { log: known.log, dirs: [...known.dirs, dir] });
+      replayedFrom = this.replay(opened.records);
+    } catch (err) {
+      void opened.journal.close();
+      throw err;
+    }
+    this.journal = opened.journal;
+    const moved = known.dirs.length !== 1 || known.dirs[0] !== dir;
+    return {
+      files: opened.files,
+      replayedFrom,
+      settle: moved ? () => writeJournalDirs(list, { log: known.log, dirs: [dir] }) : null,
+    };
+  }
+
+  /** The tree's right edge for a log of `size` leaves: the complete subtree at each level still waiting for a sibling. */
+  private readRightEdge(size: number): void {
     this.pending.fill(undefined);
     for (let level = 0; 2 ** level <= size; level++) {
       if (Math.floor(size / 2 ** level) % 2 === 1) {
         this.pending[level] = this.subtree(level, Math.floor(size / 2 ** level) - 1);
       }
     }
-    // The replayed files go once lmdb has their entries on disk; until then a crash replays them again. Only then
-    // are the directories the journal has left forgotten. If a file cannot be removed, they stay remembered (and it
-    // is replayed again, harmlessly, at every start).
-    if (replayed?.files.length || settle) {
-      const files = replayed?.files ?? [];
-      const forget = settle;
-      void store
-        .flushed()
-        .then(() => {
-          AuditJournal.discard(files);
-          forget?.();
-        })
-        .catch(() => {});
-    }
-    return size;
+  }
+
+  /**
+   * The replayed files go once lmdb has their entries on disk; until then a crash replays them again. Only then are
+   * the directories the journal has left forgotten. If a file cannot be removed, they stay remembered (and it is
+   * replayed again, harmlessly, at every start).
+   */
+  private forgetReplayed({ files, settle }: ReopenedJournal): void {
+    if (!files.length && !settle) return;
+    void this.store
+      .flushed()
+      .then(() => {
+        AuditJournal.discard(files);
+        settle?.();
+      })
+      .catch(() => {});
   }
 
   /**

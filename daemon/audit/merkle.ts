@@ -8,12 +8,12 @@ export type Hash = Buffer;
 
 export const EMPTY_ROOT: Hash = createHash('sha256').digest();
 
-// One-shot hashing over one buffer: about twice as fast as a Hash object for inputs this small. The inputs are built in
+// One-shot hashing over one buffer, cheaper than a Hash object for inputs this small. The inputs are built in
 // buffers kept for it (hash() reads them before it returns), and each digest is copied into a small slab of its own
 // memory: a digest returned as a Buffer is an ArrayBuffer of its own, which V8 sweeps one by one at its next young
-// collection (at times inside the pause), and an append made two (a leaf and, on average, one subtree) of a call's five
-// or six. A slab is never reused, so a hash handed out never changes; one kept for long (the tree's right edge, or a
-// digest lmdb still holds) keeps its slab's 1 KB alive, no more.
+// collection (at times inside the pause), and every append makes a leaf's digest and most make a subtree's. A slab
+// MUST NOT be reused, so a hash handed out never changes; one kept for long (the tree's right edge, or a digest lmdb
+// still holds) keeps its one slab (SLAB_BYTES) alive, no more.
 const LEAF_PREFIX = Buffer.of(0);
 const SLAB_BYTES = 1024;
 const LEAF_INPUT_BYTES = 4096;

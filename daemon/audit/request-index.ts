@@ -1,7 +1,7 @@
 // The log's index by request id: request id → the newest leaf logged for it, in lmdb, so a lookup (the dashboard's
-// "find a call by its X-Request-Id") reads one key instead of scanning up to a million entries. It is written with
-// the entries, in the lmdb batches that already commit them (log.ts), never on a call's path. A marker says how many
-// leaves it covers; a start catches up from there (after a crash replay, or on a log older than the index).
+// "find a call by its X-Request-Id") reads one key instead of scanning the log. It is written with the entries, in
+// the lmdb batches that already commit them (log.ts), never on a call's path. A marker says how many leaves it
+// covers; a start catches up from there (after a crash replay, or on a log older than the index).
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 

@@ -79,7 +79,7 @@ export class SoftwareSigner implements Signer {
     this.keyId = keyIdOf(this.publicKeyPem);
   }
 
-  // Signed on the thread pool (about 30 µs of ECDSA a checkpoint), not on the event loop that serves the calls.
+  // Signed on the thread pool, never on the event loop that serves the calls.
   sign(message: Buffer): Promise<Buffer> {
     return new Promise((resolve, reject) => {
       signWith('sha256', message, this.key, (err, signature) => (err ? reject(err) : resolve(signature)));

@@ -1,5 +1,6 @@
 // An entry's time, as Date.prototype.toISOString writes it. Every call's entry has one, and toISOString formats the
-// whole date on each call (about 1% of a call's instructions): here the part up to the second is made once a second.
+// whole date on each call: here the part up to the second is made once a second and reused. The string MUST be the
+// one toISOString writes.
 
 let second = Number.NaN;
 let prefix = '';

@@ -3,7 +3,7 @@ import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
-import { addressKind } from '../egress/guard.js';
+import { addressKind } from '../net/index.js';
 import { configSchema, POSTURES, type Config, type Posture } from './schema.js';
 
 /** Everything wrong with a configuration, each line naming the key it is about. */

@@ -14,10 +14,14 @@ import dgram from 'node:dgram';
 import dns from 'node:dns';
 import net from 'node:net';
 import { basename } from 'node:path';
+import { addressKind, type AddressKind } from '../net/index.js';
 
 export type EgressChannel = 'tcp' | 'udp' | 'dns' | 'process';
-/** What an attempt tried to reach: an address by its range, a name to resolve, or a program. */
-export type DestinationKind = 'public' | 'private' | 'link_local' | 'multicast' | 'unspecified' | 'hostname' | 'program';
+/**
+ * What an attempt tried to reach: an address by its range (never loopback: a refused attempt about a loopback address,
+ * a DNS query, counts as public), a name to resolve, or a program.
+ */
+export type DestinationKind = Exclude<AddressKind, 'loopback'> | 'hostname' | 'program';
 
 export interface RefusedAttempt {
   channel: EgressChannel;
@@ -40,38 +44,6 @@ export interface EgressPolicy {
   /** Whether a program may be started (by its path as given to child_process, and its arguments). */
   programAllowed(file: string, args: readonly string[]): boolean;
   onRefused(attempt: RefusedAttempt): void;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Destinations
-
-function ipv4Parts(address: string): number[] | null {
-  const parts = address.split('.').map(Number);
-  return parts.length === 4 && parts.every((p) => Number.isInteger(p) && p >= 0 && p <= 255) ? parts : null;
-}
-
-/** The kind of an IP address, or 'loopback' (which is inside). */
-export function addressKind(address: string): DestinationKind | 'loopback' {
-  let ip = address.toLowerCase();
-  if (ip.startsWith('[') && ip.endsWith(']')) ip = ip.slice(1, -1);
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(ip);
-  if (mapped) ip = mapped[1]!;
-  const v4 = ipv4Parts(ip);
-  if (v4) {
-    const [a, b] = v4 as [number, number];
-    if (a === 127) return 'loopback';
-    if (a === 0) return 'unspecified';
-    if (a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 100 && b >= 64 && b <= 127)) return 'private';
-    if (a === 169 && b === 254) return 'link_local';
-    if (a >= 224) return 'multicast';
-    return 'public';
-  }
-  if (ip === '::1') return 'loopback';
-  if (ip === '::') return 'unspecified';
-  if (/^fe[89ab]/.test(ip)) return 'link_local';
-  if (/^f[cd]/.test(ip)) return 'private';
-  if (ip.startsWith('ff')) return 'multicast';
-  return 'public';
 }
 
 // ---------------------------------------------------------------------------------------------------------------

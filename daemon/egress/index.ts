@@ -4,12 +4,13 @@
 // egress object.
 import { basename } from 'node:path';
 import { isSealed, type Config } from '../config/index.js';
+import { addressKind } from '../net/index.js';
 import type { Store } from '../store/index.js';
 import { EgressCounter } from './counter.js';
-import { addressKind, installEgressGuard, type RefusedAttempt } from './guard.js';
+import { installEgressGuard, type RefusedAttempt } from './guard.js';
 import { readKernelAccounting, systemdUnit, type KernelAccounting } from './kernel.js';
 
-export { addressKind, EgressRefusedError, type RefusedAttempt } from './guard.js';
+export { EgressRefusedError, type RefusedAttempt } from './guard.js';
 export { parseAccounting, systemdUnit } from './kernel.js';
 
 export interface EgressHealth {

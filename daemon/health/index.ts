@@ -6,7 +6,6 @@ import type { EngineRegistry } from '../engines/index.js';
 import type { ModelCatalog, Readiness } from '../models/index.js';
 import type { AuditHealth, AuditService } from '../audit/index.js';
 import type { EgressHealth, EgressService } from '../egress/index.js';
-import type { BootReport } from '../service/boots.js';
 import type { WriteHealth } from '../store/index.js';
 
 export interface HealthReport {
@@ -46,6 +45,15 @@ export interface HealthReport {
   storage?: { writable: boolean; problem: string | null; since: string | null };
   /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
   service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
+}
+
+/** Boots of this data dir and how the last run stopped, as the service's boot log (service/boots.ts) counts them. */
+export interface BootReport {
+  boots: number;
+  /** Runs that ended without a clean close, over the data dir's life. */
+  crashes: number;
+  /** How the run before this one ended; null on the first boot. */
+  previous_stop: 'clean' | 'crash' | null;
 }
 
 export interface UpstreamHealth {

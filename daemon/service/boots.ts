@@ -2,20 +2,13 @@
 // running at start and stopped at a clean close. Found still running at the next start, the last run crashed (or was
 // killed), and health says so.
 import type { Database } from 'lmdb';
+import type { BootReport } from '../health/index.js';
 import type { Store } from '../store/index.js';
 
 interface BootRecord {
   boots: number;
   crashes: number;
   running: boolean;
-}
-
-export interface BootReport {
-  boots: number;
-  /** Runs that ended without a clean close, over the data dir's life. */
-  crashes: number;
-  /** How the run before this one ended; null on the first boot. */
-  previous_stop: 'clean' | 'crash' | null;
 }
 
 const KEY = 'boots';
