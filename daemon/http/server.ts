@@ -4,7 +4,9 @@ import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import type { Accounts } from '../accounts/index.js';
 import { registerDashboard, type DashboardDeps } from '../dashboard/index.js';
+import { healthReport } from '../health/index.js';
 import { lazyChildLogger } from '../log/index.js';
 import { ApiError } from '../errors/index.js';
 import { registerAuditStage } from './audit.js';
@@ -127,7 +129,9 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
   });
 
   registerLivenessRoute(app);
-  if (deps.accounts) registerDashboard(app, deps as DashboardDeps);
+  const { accounts } = deps;
+  // Its deps are gathered when the app starts, not now: the service opens the audit log after buildApp.
+  if (accounts) void app.register(async (scope) => registerDashboard(scope, dashboardDeps(deps, accounts)));
   void app.register(
     async (v1) => {
       registerStages(v1, v1Stages(deps));
@@ -162,6 +166,13 @@ export function buildApp(deps: PipelineDeps, options: AppOptions): FastifyInstan
     { prefix: '/v1' },
   );
   return app;
+}
+
+/** What the dashboard reads of the pipeline's deps: it is served only beside the audit log, usage meter and store. */
+function dashboardDeps(deps: PipelineDeps, accounts: Accounts): DashboardDeps {
+  const { config, keys, catalog, audit, usage, store } = deps;
+  if (!audit || !usage || !store) throw new Error('The dashboard is served only with the audit log, the usage meter and the store.');
+  return { config, keys, accounts, catalog, audit, usage, store, health: () => healthReport(deps) };
 }
 
 /**
