@@ -6,8 +6,9 @@ import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { randomId } from '../keys/secrets.js';
 import { hashPassword, passwordProblem, verifyPassword } from './passwords.js';
+import type { Role, UserView } from './view.js';
 
-export type Role = 'admin' | 'member';
+export type { Role, UserView } from './view.js';
 
 export interface UserRecord {
   id: string;
@@ -26,14 +27,6 @@ export interface SessionRecord {
   expiresAt: number;
   /** The key the chat app of this session calls /v1 with; revoked when the session ends. */
   chatKeyId?: string;
-}
-
-export interface UserView {
-  id: string;
-  email: string;
-  role: Role;
-  projects: string[];
-  createdAt: string;
 }
 
 export class AccountsError extends Error {

@@ -5,6 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { registerDashboard, type DashboardDeps } from '../dashboard/index.js';
+import { healthReport } from '../health/index.js';
 import { lazyChildLogger } from '../log/index.js';
 import { ApiError } from '../errors/index.js';
 import type { Store } from '../store/index.js';
@@ -30,7 +31,7 @@ export type AppDeps = PipelineDeps &
   DocumentRouteDeps &
   TranscriptionRouteDeps &
   ImageRouteDeps &
-  DashboardDeps & {
+  Omit<DashboardDeps, 'health'> & {
     /** Told of a write that failed for a full disk, so that health says why until one succeeds again. */
     store: Store;
   };
@@ -95,7 +96,7 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
   answerUnknownRoutes(app);
 
   registerLivenessRoute(app);
-  registerDashboard(app, deps);
+  registerDashboard(app, dashboardDeps(deps));
   void app.register(
     async (v1) => {
       registerStages(v1, inScope('/v1'));
@@ -110,6 +111,12 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
     { prefix: '/v1' },
   );
   return app;
+}
+
+/** What the dashboard reads: its share of the app's deps, and health's report made when asked. */
+function dashboardDeps(deps: AppDeps): DashboardDeps {
+  const { config, keys, accounts, catalog, audit, usage, store } = deps;
+  return { config, keys, accounts, catalog, audit, usage, store, health: () => healthReport(deps) };
 }
 
 /** Every error, from any stage or route, in OpenAI's shape (errors.ts), logged once and only when it is ours. */

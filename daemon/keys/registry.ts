@@ -3,23 +3,9 @@
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { digestMatches, hashSecret, keyIdOf, newSecret, randomId, redact, secretDigest } from './secrets.js';
+import type { KeyView, ProjectRecord } from './view.js';
 
-export interface ProjectRecord {
-  id: string;
-  name: string;
-  createdAt: string;
-  /**
-   * Limits all the project's keys share (cloud, frontier), set by the operator (`sovereign projects limits`); absent:
-   * limits.defaultProjectRpm and limits.defaultProjectTpm.
-   */
-  rpm?: number;
-  tpm?: number;
-  /**
-   * The dashboard member account that made the project; its projects together hold at most the account's share of
-   * the in-flight places (limits.accountShare). Absent for a project an operator or administrator made.
-   */
-  owner?: string;
-}
+export type { KeyView, ProjectRecord } from './view.js';
 
 export interface KeyRecord {
   id: string;
@@ -39,23 +25,6 @@ export interface KeyRecord {
   tpm?: number;
   /** The plan (config `plans`) whose limits apply where the key has none of its own; absent: limits.defaultPlan. */
   plan?: string;
-}
-
-/** What listings show of a key: never a hash. */
-export interface KeyView {
-  id: string;
-  project: string;
-  projectName: string;
-  name: string | null;
-  hint: string;
-  createdAt: string;
-  rotatedAt: string | null;
-  revokedAt: string | null;
-  graceUntil: string | null;
-  rpm: number | null;
-  tpm: number | null;
-  plan: string | null;
-  status: 'active' | 'revoked';
 }
 
 export class KeysError extends Error {

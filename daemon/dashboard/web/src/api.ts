@@ -1,4 +1,10 @@
 // Calls to the dashboard's own API (cookie session, CSRF header on every change) and to /v1 with the chat app's key.
+import type { KeyRow, ProjectRecord, UserView } from '../../wire.js';
+
+// The server's own types (daemon/dashboard/wire.ts), as the pages name them.
+export type User = UserView;
+export type Project = ProjectRecord;
+export type Key = KeyRow;
 
 export class ApiFailure extends Error {
   constructor(
@@ -10,13 +16,6 @@ export class ApiFailure extends Error {
   }
 }
 
-export interface User {
-  id: string;
-  email: string;
-  role: 'admin' | 'member';
-  projects: string[];
-}
-
 export interface Session {
   user: User | null;
   csrf: string;
@@ -24,28 +23,6 @@ export interface Session {
   region: string;
   sovereign: boolean;
   signup: boolean;
-}
-
-export interface Project {
-  id: string;
-  name: string;
-  createdAt: string;
-}
-
-export interface Key {
-  id: string;
-  project: string;
-  projectName: string;
-  name: string | null;
-  hint: string;
-  createdAt: string;
-  rotatedAt: string | null;
-  revokedAt: string | null;
-  graceUntil: string | null;
-  lastUsedAt: string | null;
-  rpm: number | null;
-  tpm: number | null;
-  status: 'active' | 'revoked';
 }
 
 let csrf = '';
