@@ -5,7 +5,7 @@ import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { loadConfig, type Config } from '../config/index.js';
 import { keyCreatedFields, KeyRegistry, type KeyView, type ProjectRecord } from '../keys/index.js';
 import { openStore } from '../store/index.js';
-import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError } from './args.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError, type Parsed } from './args.js';
 import { printJson, printTable } from './output.js';
 
 export const KEYS_HELP = `Usage: sovereign keys <command> [options]
@@ -94,6 +94,122 @@ function printSecret(json: boolean, key: KeyView, secret: string, verb: string):
   );
 }
 
+/** What every `keys` subcommand is called with: its name, the positional arguments after it, and the flags. */
+interface KeysCall {
+  command: string;
+  id: string | undefined;
+  rest: string[];
+  values: Parsed['values'];
+  json: boolean;
+}
+
+/** The key id a subcommand acts on (its first argument), required. */
+function keyIdArgument({ command, id }: KeysCall): string {
+  if (!id) throw new UsageError(`keys ${command} needs a key id (see 'sovereign keys list')`);
+  return id;
+}
+
+async function createKeyCommand({ id, values, json }: KeysCall): Promise<number> {
+  if (typeof values.project !== 'string') throw new UsageError('keys create needs --project P');
+  if (id) throw new UsageError(`unexpected argument '${id}'`);
+  const rpm = limitFlag('rpm', values.rpm, false) ?? undefined;
+  const tpm = limitFlag('tpm', values.tpm, false) ?? undefined;
+  const project = values.project;
+  const name = typeof values.name === 'string' ? values.name : undefined;
+  const plan = typeof values.plan === 'string' ? values.plan : undefined;
+  const { key, secret } = await withRegistry(values, (r, config, note) => {
+    if (plan !== undefined) checkPlan(config, plan);
+    const created = r.createKey({
+      project,
+      ...(name ? { name } : {}),
+      ...(rpm ? { rpm } : {}),
+      ...(tpm ? { tpm } : {}),
+      ...(plan ? { plan } : {}),
+    });
+    note('key.created', keyCreatedFields(created.key));
+    return created;
+  });
+  printSecret(json, key, secret, 'Created');
+  return 0;
+}
+
+async function listKeysCommand({ values, json }: KeysCall): Promise<number> {
+  const project = typeof values.project === 'string' ? values.project : undefined;
+  const keys = await withRegistry(values, (r) => r.listKeys(project ? { project } : {}));
+  if (json) printJson(keys);
+  else printTable(keys.map(keyRow), ['id', 'project', 'status', 'hint', 'rpm', 'tpm', 'plan', 'created', 'rotated', 'grace_until']);
+  return 0;
+}
+
+async function rotateKeyCommand(call: KeysCall): Promise<number> {
+  const { values, json } = call;
+  const keyId = keyIdArgument(call);
+  let grace = 0;
+  if (values.grace !== undefined) {
+    if (typeof values.grace !== 'string' || !/^\d+$/.test(values.grace)) throw new UsageError(`--grace must be a whole number of seconds`);
+    grace = Number(values.grace);
+  }
+  const { key, secret } = await withRegistry(values, (r, _config, note) => {
+    const rotated = r.rotateKey(keyId, grace);
+    note('key.rotated', { key: rotated.key.id, project: rotated.key.project, grace_seconds: grace });
+    return rotated;
+  });
+  printSecret(json, key, secret, grace ? `Rotated (old secret accepted for ${grace}s more)` : 'Rotated (old secret no longer accepted)');
+  return 0;
+}
+
+async function revokeKeyCommand(call: KeysCall): Promise<number> {
+  const keyId = keyIdArgument(call);
+  const key = await withRegistry(call.values, (r, _config, note) => {
+    const revoked = r.revokeKey(keyId);
+    note('key.revoked', { key: revoked.id, project: revoked.project });
+    return revoked;
+  });
+  if (call.json) printJson(key);
+  else process.stdout.write(`Revoked ${key.id}; it no longer authenticates.\n`);
+  return 0;
+}
+
+async function keyLimitsCommand(call: KeysCall): Promise<number> {
+  const { values, json } = call;
+  const keyId = keyIdArgument(call);
+  const rpm = limitFlag('rpm', values.rpm, true);
+  const tpm = limitFlag('tpm', values.tpm, true);
+  if (rpm === undefined && tpm === undefined) throw new UsageError('keys limits needs --rpm and/or --tpm');
+  const key = await withRegistry(values, (r, _config, note) => {
+    const changed = r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
+    note('key.limits', { key: changed.id, project: changed.project, rpm: changed.rpm, tpm: changed.tpm });
+    return changed;
+  });
+  if (json) printJson(key);
+  else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
+  return 0;
+}
+
+async function keyPlanCommand(call: KeysCall): Promise<number> {
+  const keyId = keyIdArgument(call);
+  const [plan] = call.rest;
+  if (!plan) throw new UsageError("keys plan needs a plan name, or 'default' (see the config's 'plans')");
+  const key = await withRegistry(call.values, (r, config, note) => {
+    if (plan !== 'default') checkPlan(config, plan);
+    const changed = r.setPlan(keyId, plan === 'default' ? null : plan);
+    note('key.plan', { key: changed.id, project: changed.project, plan: changed.plan });
+    return changed;
+  });
+  if (call.json) printJson(key);
+  else process.stdout.write(`${key.id}: plan ${key.plan ?? 'default'}\n`);
+  return 0;
+}
+
+const KEYS_COMMANDS: Record<string, (call: KeysCall) => Promise<number>> = {
+  create: createKeyCommand,
+  list: listKeysCommand,
+  rotate: rotateKeyCommand,
+  revoke: revokeKeyCommand,
+  limits: keyLimitsCommand,
+  plan: keyPlanCommand,
+};
+
 export async function keysCommand(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     ...CONFIG_OPTIONS,
@@ -109,106 +225,11 @@ export async function keysCommand(argv: string[]): Promise<number> {
     process.stdout.write(`${KEYS_HELP}\n`);
     return values.help ? 0 : 2;
   }
+  // Only `keys plan ID NAME` takes an argument after the id.
   if (rest.length > (command === 'plan' ? 1 : 0)) throw new UsageError(`unexpected argument '${rest.at(-1)}'`);
-  const json = values.json === true;
-  const needId = () => {
-    if (!id) throw new UsageError(`keys ${command} needs a key id (see 'sovereign keys list')`);
-    return id;
-  };
-  switch (command) {
-    case 'create': {
-      if (typeof values.project !== 'string') throw new UsageError('keys create needs --project P');
-      if (id) throw new UsageError(`unexpected argument '${id}'`);
-      const rpm = limitFlag('rpm', values.rpm, false) ?? undefined;
-      const tpm = limitFlag('tpm', values.tpm, false) ?? undefined;
-      const project = values.project;
-      const name = typeof values.name === 'string' ? values.name : undefined;
-      const plan = typeof values.plan === 'string' ? values.plan : undefined;
-      const { key, secret } = await withRegistry(values, (r, config, note) => {
-        if (plan !== undefined) checkPlan(config, plan);
-        const created = r.createKey({
-          project,
-          ...(name ? { name } : {}),
-          ...(rpm ? { rpm } : {}),
-          ...(tpm ? { tpm } : {}),
-          ...(plan ? { plan } : {}),
-        });
-        note('key.created', keyCreatedFields(created.key));
-        return created;
-      });
-      printSecret(json, key, secret, 'Created');
-      return 0;
-    }
-    case 'list': {
-      const project = typeof values.project === 'string' ? values.project : undefined;
-      const keys = await withRegistry(values, (r) => r.listKeys(project ? { project } : {}));
-      if (json) printJson(keys);
-      else printTable(keys.map(keyRow), ['id', 'project', 'status', 'hint', 'rpm', 'tpm', 'plan', 'created', 'rotated', 'grace_until']);
-      return 0;
-    }
-    case 'rotate': {
-      const keyId = needId();
-      let grace = 0;
-      if (values.grace !== undefined) {
-        if (typeof values.grace !== 'string' || !/^\d+$/.test(values.grace))
-          throw new UsageError(`--grace must be a whole number of seconds`);
-        grace = Number(values.grace);
-      }
-      const { key, secret } = await withRegistry(values, (r, _config, note) => {
-        const rotated = r.rotateKey(keyId, grace);
-        note('key.rotated', { key: rotated.key.id, project: rotated.key.project, grace_seconds: grace });
-        return rotated;
-      });
-      printSecret(
-        json,
-        key,
-        secret,
-        grace ? `Rotated (old secret accepted for ${grace}s more)` : 'Rotated (old secret no longer accepted)',
-      );
-      return 0;
-    }
-    case 'revoke': {
-      const keyId = needId();
-      const key = await withRegistry(values, (r, _config, note) => {
-        const revoked = r.revokeKey(keyId);
-        note('key.revoked', { key: revoked.id, project: revoked.project });
-        return revoked;
-      });
-      if (json) printJson(key);
-      else process.stdout.write(`Revoked ${key.id}; it no longer authenticates.\n`);
-      return 0;
-    }
-    case 'limits': {
-      const keyId = needId();
-      const rpm = limitFlag('rpm', values.rpm, true);
-      const tpm = limitFlag('tpm', values.tpm, true);
-      if (rpm === undefined && tpm === undefined) throw new UsageError('keys limits needs --rpm and/or --tpm');
-      const key = await withRegistry(values, (r, _config, note) => {
-        const changed = r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
-        note('key.limits', { key: changed.id, project: changed.project, rpm: changed.rpm, tpm: changed.tpm });
-        return changed;
-      });
-      if (json) printJson(key);
-      else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
-      return 0;
-    }
-    case 'plan': {
-      const keyId = needId();
-      const [plan] = rest;
-      if (!plan) throw new UsageError("keys plan needs a plan name, or 'default' (see the config's 'plans')");
-      const key = await withRegistry(values, (r, config, note) => {
-        if (plan !== 'default') checkPlan(config, plan);
-        const changed = r.setPlan(keyId, plan === 'default' ? null : plan);
-        note('key.plan', { key: changed.id, project: changed.project, plan: changed.plan });
-        return changed;
-      });
-      if (json) printJson(key);
-      else process.stdout.write(`${key.id}: plan ${key.plan ?? 'default'}\n`);
-      return 0;
-    }
-    default:
-      throw new UsageError(`unknown keys command '${command}'`);
-  }
+  const run = Object.hasOwn(KEYS_COMMANDS, command) ? KEYS_COMMANDS[command] : undefined;
+  if (!run) throw new UsageError(`unknown keys command '${command}'`);
+  return run({ command, id, rest, values, json: values.json === true });
 }
 
 export async function projectsCommand(argv: string[]): Promise<number> {

@@ -3,13 +3,13 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { exportAudit } from '../audit/export.js';
+import { exportAudit, type ExportSummary } from '../audit/export.js';
 import { provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
 import { keyIdOf, originOf, SoftwareSigner, softwareKeyFile, tpmOptions } from '../audit/index.js';
 import { cliActor, queueEvent } from '../audit/outbox.js';
 import { loadConfig, type Config } from '../config/index.js';
-import { openStore } from '../store/index.js';
-import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
+import { openStore, type Store } from '../store/index.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError, type Parsed } from './args.js';
 import { printJson } from './output.js';
 
 export const AUDIT_HELP = `Usage: sovereign audit <command> [options]
@@ -69,6 +69,138 @@ function trustedKeys(config: Config, given: string[] | undefined): TrustedKey[] 
   return [{ source: `the public half of ${keyFile}`, pem: new SoftwareSigner(keyFile).publicKeyPem }];
 }
 
+/** What every `audit` subcommand is called with: the flags, the config, and where its progress lines go. */
+interface AuditCall {
+  values: Parsed['values'];
+  json: boolean;
+  config: Config;
+  /** Prints a line of progress or result, unless the output is --json. */
+  say: (line: string) => void;
+}
+
+async function initTpmCommand({ values, json, config, say }: AuditCall): Promise<number> {
+  say(`TPM: ${config.audit.tcti}`);
+  const keys = await provisionTpmKey(config, values.replace === true, say);
+  await queueEvent(config.dataDir, 'audit.key', {
+    by: cliActor(),
+    signer: 'tpm',
+    key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
+    replaced: keys.replaced,
+  });
+  if (json) printJson({ ...tpmOptions(config), ...keys, fingerprint: spkiFingerprint(keys.publicKeyPem) });
+  else
+    process.stdout.write(
+      `public key written to ${keys.publicKeyFile}, attestation key to ${keys.attestationKeyFile}:\n${keys.publicKeyPem}fingerprint ${spkiFingerprint(keys.publicKeyPem)}\n`,
+    );
+  return 0;
+}
+
+/** Exports the log from `store` into `dir`, telling the progress of a long one. */
+function exportWithProgress(store: Store, dir: string, { config, say }: AuditCall): Promise<ExportSummary> {
+  return exportAudit(store, dir, originOf(config), (done, total) => {
+    if (total > 50_000) say(`  ${done}/${total} entries`);
+  });
+}
+
+async function exportCommand(call: AuditCall): Promise<number> {
+  const { values, json, config, say } = call;
+  if (typeof values.out !== 'string') throw new UsageError('audit export needs --out DIR');
+  const store = openStore(config.dataDir);
+  const dir = resolve(values.out);
+  try {
+    const summary = await exportWithProgress(store, dir, call);
+    if (json) printJson(summary);
+    else say(`exported ${summary.entries} entries and ${summary.checkpoints} checkpoints to ${dir}`);
+    return 0;
+  } finally {
+    await store.close();
+  }
+}
+
+async function verifyCommand(call: AuditCall): Promise<number> {
+  const { values, config } = call;
+  // The keys trusted are files the operator chose, never the keys recorded in the data being checked. Read first,
+  // so that a key that cannot be read stops the check before a long export.
+  const keys = trustedKeys(config, values.key as string[] | undefined);
+  if (!keys.length) throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
+  const store = openStore(config.dataDir);
+  const dir = mkdtempSync(join(tmpdir(), 'sov-audit-'));
+  try {
+    const summary = await exportWithProgress(store, dir, call);
+    if (!summary.checkpoints) {
+      process.stdout.write('FAILED: no signed checkpoints yet (is the signer working? see GET /v1/health)\n');
+      return 1;
+    }
+    return await verifyExport(dir, keys, call);
+  } finally {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The entries of an export's entries.jsonl, one buffer a line. */
+function readEntries(dir: string): Buffer[] {
+  const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
+  return entriesText
+    ? entriesText
+        .replace(/\n$/, '')
+        .split('\n')
+        .map((l) => Buffer.from(l))
+    : [];
+}
+
+/** The checkpoint --state trusted last time (undefined when it names no file, or a file not made yet). */
+function readState(stateFile: string | undefined): unknown {
+  let state: unknown;
+  try {
+    state = stateFile ? JSON.parse(readFileSync(stateFile, 'utf8')) : undefined;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  return state;
+}
+
+/** Checks the export in `dir` as tools/verify-anchors.mjs does: exit code 0 when it verifies, 1 when it does not. */
+async function verifyExport(dir: string, keys: TrustedKey[], { values, json, config, say }: AuditCall): Promise<number> {
+  const { verify } = (await import(VERIFIER)) as VerifierModule;
+  const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as unknown;
+  say(`trusting ${keys.map((k) => k.source).join(', ')}`);
+  const akFile = typeof values.ak === 'string' ? values.ak : join(config.dataDir, 'audit-attestation-key.pem');
+  const entries = readEntries(dir);
+  const stateFile = typeof values.state === 'string' ? values.state : undefined;
+  const state = readState(stateFile);
+  try {
+    const result = await verify({
+      keyPems: keys.map((k) => k.pem),
+      anchors,
+      entries,
+      state,
+      requireTpm: values['require-tpm'] === true,
+      // TPM quotes are checked whenever init-tpm left an attestation key (or --ak names one).
+      ...(existsSync(akFile) ? { akPem: readFileSync(akFile, 'utf8') } : {}),
+    });
+    if (stateFile) writeFileSync(stateFile, `${JSON.stringify(result.latest, null, 2)}\n`);
+    if (json) printJson({ verified: true, checks: result.lines });
+    else {
+      // Reports, not checks: entries no checkpoint covers yet, streams without an end.
+      const report = (line: string) => line.startsWith('NOT VERIFIED') || line.startsWith('stream cut off');
+      for (const line of result.lines) process.stdout.write(report(line) ? `${line}\n` : `ok: ${line}\n`);
+      process.stdout.write('VERIFIED\n');
+    }
+    return 0;
+  } catch (err) {
+    if (json) printJson({ verified: false, failure: (err as Error).message });
+    else process.stdout.write(`FAILED: ${(err as Error).message}\n`);
+    return 1;
+  }
+}
+
+const AUDIT_COMMANDS: Record<string, (call: AuditCall) => Promise<number>> = {
+  'init-tpm': initTpmCommand,
+  export: exportCommand,
+  verify: verifyCommand,
+};
+
 export async function auditCommand(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     ...CONFIG_OPTIONS,
@@ -90,92 +222,7 @@ export async function auditCommand(argv: string[]): Promise<number> {
   const say = (line: string) => {
     if (!json) process.stdout.write(`${line}\n`);
   };
-
-  if (command === 'init-tpm') {
-    say(`TPM: ${config.audit.tcti}`);
-    const keys = await provisionTpmKey(config, values.replace === true, say);
-    await queueEvent(config.dataDir, 'audit.key', {
-      by: cliActor(),
-      signer: 'tpm',
-      key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
-      replaced: keys.replaced,
-    });
-    if (json) printJson({ ...tpmOptions(config), ...keys, fingerprint: spkiFingerprint(keys.publicKeyPem) });
-    else
-      process.stdout.write(
-        `public key written to ${keys.publicKeyFile}, attestation key to ${keys.attestationKeyFile}:\n${keys.publicKeyPem}fingerprint ${spkiFingerprint(keys.publicKeyPem)}\n`,
-      );
-    return 0;
-  }
-
-  if (command === 'export' || command === 'verify') {
-    if (command === 'export' && typeof values.out !== 'string') throw new UsageError('audit export needs --out DIR');
-    // The keys trusted are files the operator chose, never the keys recorded in the data being checked. Read first,
-    // so that a key that cannot be read stops the check before a long export.
-    const keys = command === 'verify' ? trustedKeys(config, values.key as string[] | undefined) : [];
-    if (command === 'verify' && !keys.length)
-      throw new UsageError('no trusted public key: pass --key FILE (audit-public-key.pem from init-tpm)');
-    const store = openStore(config.dataDir);
-    const dir = command === 'export' ? resolve(values.out as string) : mkdtempSync(join(tmpdir(), 'sov-audit-'));
-    try {
-      const summary = await exportAudit(store, dir, originOf(config), (done, total) => {
-        if (total > 50_000) say(`  ${done}/${total} entries`);
-      });
-      if (command === 'export') {
-        if (json) printJson(summary);
-        else say(`exported ${summary.entries} entries and ${summary.checkpoints} checkpoints to ${dir}`);
-        return 0;
-      }
-      if (!summary.checkpoints) {
-        process.stdout.write('FAILED: no signed checkpoints yet (is the signer working? see GET /v1/health)\n');
-        return 1;
-      }
-      const { verify } = (await import(VERIFIER)) as VerifierModule;
-      const anchors = JSON.parse(readFileSync(join(dir, 'anchors.json'), 'utf8')) as unknown;
-      say(`trusting ${keys.map((k) => k.source).join(', ')}`);
-      const akFile = typeof values.ak === 'string' ? values.ak : join(config.dataDir, 'audit-attestation-key.pem');
-      const entriesText = readFileSync(join(dir, 'entries.jsonl'), 'utf8');
-      const entries = entriesText
-        ? entriesText
-            .replace(/\n$/, '')
-            .split('\n')
-            .map((l) => Buffer.from(l))
-        : [];
-      const stateFile = typeof values.state === 'string' ? values.state : undefined;
-      let state: unknown;
-      try {
-        state = stateFile ? JSON.parse(readFileSync(stateFile, 'utf8')) : undefined;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      }
-      try {
-        const result = await verify({
-          keyPems: keys.map((k) => k.pem),
-          anchors,
-          entries,
-          state,
-          requireTpm: values['require-tpm'] === true,
-          // TPM quotes are checked whenever init-tpm left an attestation key (or --ak names one).
-          ...(existsSync(akFile) ? { akPem: readFileSync(akFile, 'utf8') } : {}),
-        });
-        if (stateFile) writeFileSync(stateFile, `${JSON.stringify(result.latest, null, 2)}\n`);
-        if (json) printJson({ verified: true, checks: result.lines });
-        else {
-          // Reports, not checks: entries no checkpoint covers yet, streams without an end.
-          const report = (line: string) => line.startsWith('NOT VERIFIED') || line.startsWith('stream cut off');
-          for (const line of result.lines) process.stdout.write(report(line) ? `${line}\n` : `ok: ${line}\n`);
-          process.stdout.write('VERIFIED\n');
-        }
-        return 0;
-      } catch (err) {
-        if (json) printJson({ verified: false, failure: (err as Error).message });
-        else process.stdout.write(`FAILED: ${(err as Error).message}\n`);
-        return 1;
-      }
-    } finally {
-      await store.close();
-      if (command === 'verify') rmSync(dir, { recursive: true, force: true });
-    }
-  }
-  throw new UsageError(`unknown audit command '${command}'`);
+  const run = Object.hasOwn(AUDIT_COMMANDS, command) ? AUDIT_COMMANDS[command] : undefined;
+  if (!run) throw new UsageError(`unknown audit command '${command}'`);
+  return run({ values, json, config, say });
 }

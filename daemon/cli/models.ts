@@ -14,12 +14,13 @@ import {
   loadManifest,
   ModelVerifier,
   writeBundle,
+  type Manifest,
 } from '../models/index.js';
 import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
 import { BUILT_IN_ENGINES } from '../service/models.js';
-import { openStore } from '../store/index.js';
-import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
+import { openStore, type Store } from '../store/index.js';
+import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError, type Parsed } from './args.js';
 import { printJson, printTable } from './output.js';
 
 export const MODELS_HELP = `Usage: sovereign models <command> [options]
@@ -65,6 +66,144 @@ async function runtimeFor(config: Config) {
   return llamaRuntime({ gpu: config.models.gpu, threads: inferenceThreads(config.models.threads) });
 }
 
+/** What every `models` subcommand is called with: its one positional argument (a FILE or DIR) and the flags. */
+interface ModelsCall {
+  file: string | undefined;
+  values: Parsed['values'] & { id?: string[]; trust?: string[] };
+  json: boolean;
+}
+
+/** A subcommand that works on this device's config, manifest and store (opened, and closed after, by the caller). */
+interface DeviceCall extends ModelsCall {
+  config: Config;
+  manifest: Manifest;
+  store: Store;
+  verifier: ModelVerifier;
+}
+
+/** `models bundle-key`: needs nothing of this device, so it runs before the config is loaded. */
+function bundleKeyCommand({ file, values, json }: ModelsCall): number {
+  if (file) throw new UsageError(`unexpected argument '${file}'`);
+  if (typeof values.out !== 'string') throw new UsageError('models bundle-key needs --out PREFIX');
+  const key = createBundleKey(values.out);
+  if (json) printJson(key);
+  else
+    process.stdout.write(
+      `Private key ${key.privateKeyFile} (keep it off the devices), public key ${key.publicKeyFile}\n  fingerprint ${key.fingerprint}\n`,
+    );
+  return 0;
+}
+
+async function bundleCommand({ file, values, json, config, manifest, verifier }: DeviceCall): Promise<number> {
+  if (file) throw new UsageError(`unexpected argument '${file}'`);
+  if (typeof values.out !== 'string') throw new UsageError('models bundle needs --out DIR');
+  if (typeof values.key !== 'string') throw new UsageError('models bundle needs --key FILE (made by sovereign models bundle-key)');
+  const written = await writeBundle({
+    outDir: values.out,
+    ids: values.id ?? [],
+    manifest,
+    modelsDir: modelsDir(config),
+    verifier,
+    signingKeyFile: values.key,
+    onProgress: (id) => progress(json, `bundling ${id}`),
+  });
+  if (json) printJson(written);
+  else
+    process.stdout.write(
+      `Bundle written to ${written.dir}, signed by ${written.fingerprint}:\n${written.models.map((m) => `  ${m.id}  ${m.file}  SHA-256 ${m.sha256}\n`).join('')}`,
+    );
+  return 0;
+}
+
+async function importBundleCommand({ file, values, json, config, manifest, store, verifier }: DeviceCall): Promise<number> {
+  if (!file) throw new UsageError('models import-bundle needs the bundle DIR');
+  const trustFiles = values.trust?.length ? values.trust : config.models.bundleKeys;
+  const result = await importBundle({
+    dir: file,
+    trustedPems: trustFiles.map((f) => {
+      try {
+        return readFileSync(f, 'utf8');
+      } catch (err) {
+        throw new ImportError(`cannot read the trusted bundle key ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+    }),
+    manifest,
+    modelsDir: modelsDir(config),
+    verifier,
+    onProgress: (id) => progress(json, `importing ${id}`),
+  });
+  new AuditOutbox(store).put('bundle.imported', { by: cliActor(), ...bundleImportedFields(result, resolve(file)) });
+  if (json) printJson(result);
+  else
+    process.stdout.write(
+      `Bundle of ${result.created}, signed by ${result.fingerprint}:\n${result.models.map((m) => `  ${m.id}  ${m.outcome === 'present' ? 'already present' : 'imported'}  SHA-256 ${m.sha256}\n`).join('')}`,
+    );
+  return 0;
+}
+
+async function importCommand({ file, values, json, config, manifest, store, verifier }: DeviceCall): Promise<number> {
+  if (!file) throw new UsageError('models import needs a FILE');
+  if ((values.id?.length ?? 0) > 1) throw new UsageError('models import takes one --id');
+  const id = values.id?.[0];
+  const result = await importModel({
+    source: file,
+    ...(id ? { id } : {}),
+    manifest,
+    modelsDir: modelsDir(config),
+    verifier,
+    onProgress: progress(json, `importing ${file}`),
+  });
+  new AuditOutbox(store).put('model.imported', { by: cliActor(), ...modelImportedFields(result) });
+  if (json) printJson(result);
+  else
+    process.stdout.write(
+      `Imported ${result.id} → ${result.path}\n  SHA-256 ${result.sha256}${result.pinned ? ' (recorded: the manifest had no checksum for it)' : ' (matches the manifest)'}\n` +
+        (result.replacedPin ? `  replaces the checksum ${result.replacedPin} recorded for a file that was not this model\n` : ''),
+    );
+  return 0;
+}
+
+async function listCommand({ file, json, config, manifest, verifier }: DeviceCall): Promise<number> {
+  if (file) throw new UsageError(`unexpected argument '${file}'`);
+  const llama = await runtimeFor(config);
+  const hardware = await probeHardware(llama);
+  const statuses = await assessModels({
+    manifest,
+    modelsDir: modelsDir(config),
+    verifier,
+    llama: () => Promise.resolve(llama),
+    hardware,
+    headroomBytes: config.models.headroomBytes,
+    parallel: config.models.parallel,
+    engines: BUILT_IN_ENGINES,
+    onHashProgress: (id) => progress(json, `verifying ${id}`),
+  });
+  if (json) printJson(statuses.map((s) => ({ ...s, listed: s.state === 'available' })));
+  else
+    printTable(
+      statuses.map((s) => ({
+        id: s.id,
+        capability: s.capability,
+        present: s.present ? 'yes' : 'no',
+        verified: s.verified ? 'yes' : 'no',
+        fits: s.fits === null ? null : s.fits ? 'yes' : 'no',
+        ram: gib(s.requiredRamBytes),
+        listed: s.state === 'available' ? 'yes' : 'no',
+        why: s.state === 'available' ? '' : `${s.state}: ${s.reason}`,
+      })),
+      ['id', 'capability', 'present', 'verified', 'fits', 'ram', 'listed', 'why'],
+    );
+  return 0;
+}
+
+/** The subcommands that work on this device. An unknown name is reported only after the config, manifest and store opened. */
+const DEVICE_COMMANDS: Record<string, (call: DeviceCall) => Promise<number>> = {
+  bundle: bundleCommand,
+  'import-bundle': importBundleCommand,
+  import: importCommand,
+  list: listCommand,
+};
+
 export async function modelsCommand(argv: string[]): Promise<number> {
   const { values: parsed, positionals } = parse(argv, {
     ...CONFIG_OPTIONS,
@@ -73,131 +212,23 @@ export async function modelsCommand(argv: string[]): Promise<number> {
     key: { type: 'string' },
     trust: { type: 'string', multiple: true },
   });
-  const values = parsed as typeof parsed & { id?: string[]; trust?: string[] };
+  const values = parsed as ModelsCall['values'];
   const [command, file, ...rest] = positionals;
   if (values.help || !command) {
     process.stdout.write(`${MODELS_HELP}\n`);
     return values.help ? 0 : 2;
   }
   if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
-  const json = values.json === true;
-  if (command === 'bundle-key') {
-    if (file) throw new UsageError(`unexpected argument '${file}'`);
-    if (typeof values.out !== 'string') throw new UsageError('models bundle-key needs --out PREFIX');
-    const key = createBundleKey(values.out);
-    if (json) printJson(key);
-    else
-      process.stdout.write(
-        `Private key ${key.privateKeyFile} (keep it off the devices), public key ${key.publicKeyFile}\n  fingerprint ${key.fingerprint}\n`,
-      );
-    return 0;
-  }
+  const call: ModelsCall = { file, values, json: values.json === true };
+  if (command === 'bundle-key') return bundleKeyCommand(call);
   const { config } = loadConfig(configFlags(values));
   const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
   try {
     const verifier = new ModelVerifier(store);
-    if (command === 'bundle') {
-      if (file) throw new UsageError(`unexpected argument '${file}'`);
-      if (typeof values.out !== 'string') throw new UsageError('models bundle needs --out DIR');
-      if (typeof values.key !== 'string') throw new UsageError('models bundle needs --key FILE (made by sovereign models bundle-key)');
-      const written = await writeBundle({
-        outDir: values.out,
-        ids: values.id ?? [],
-        manifest,
-        modelsDir: modelsDir(config),
-        verifier,
-        signingKeyFile: values.key,
-        onProgress: (id) => progress(json, `bundling ${id}`),
-      });
-      if (json) printJson(written);
-      else
-        process.stdout.write(
-          `Bundle written to ${written.dir}, signed by ${written.fingerprint}:\n${written.models.map((m) => `  ${m.id}  ${m.file}  SHA-256 ${m.sha256}\n`).join('')}`,
-        );
-      return 0;
-    }
-    if (command === 'import-bundle') {
-      if (!file) throw new UsageError('models import-bundle needs the bundle DIR');
-      const trustFiles = values.trust?.length ? values.trust : config.models.bundleKeys;
-      const result = await importBundle({
-        dir: file,
-        trustedPems: trustFiles.map((f) => {
-          try {
-            return readFileSync(f, 'utf8');
-          } catch (err) {
-            throw new ImportError(
-              `cannot read the trusted bundle key ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
-            );
-          }
-        }),
-        manifest,
-        modelsDir: modelsDir(config),
-        verifier,
-        onProgress: (id) => progress(json, `importing ${id}`),
-      });
-      new AuditOutbox(store).put('bundle.imported', { by: cliActor(), ...bundleImportedFields(result, resolve(file)) });
-      if (json) printJson(result);
-      else
-        process.stdout.write(
-          `Bundle of ${result.created}, signed by ${result.fingerprint}:\n${result.models.map((m) => `  ${m.id}  ${m.outcome === 'present' ? 'already present' : 'imported'}  SHA-256 ${m.sha256}\n`).join('')}`,
-        );
-      return 0;
-    }
-    if (command === 'import') {
-      if (!file) throw new UsageError('models import needs a FILE');
-      if ((values.id?.length ?? 0) > 1) throw new UsageError('models import takes one --id');
-      const id = values.id?.[0];
-      const result = await importModel({
-        source: file,
-        ...(id ? { id } : {}),
-        manifest,
-        modelsDir: modelsDir(config),
-        verifier,
-        onProgress: progress(json, `importing ${file}`),
-      });
-      new AuditOutbox(store).put('model.imported', { by: cliActor(), ...modelImportedFields(result) });
-      if (json) printJson(result);
-      else
-        process.stdout.write(
-          `Imported ${result.id} → ${result.path}\n  SHA-256 ${result.sha256}${result.pinned ? ' (recorded: the manifest had no checksum for it)' : ' (matches the manifest)'}\n` +
-            (result.replacedPin ? `  replaces the checksum ${result.replacedPin} recorded for a file that was not this model\n` : ''),
-        );
-      return 0;
-    }
-    if (command === 'list') {
-      if (file) throw new UsageError(`unexpected argument '${file}'`);
-      const llama = await runtimeFor(config);
-      const hardware = await probeHardware(llama);
-      const statuses = await assessModels({
-        manifest,
-        modelsDir: modelsDir(config),
-        verifier,
-        llama: () => Promise.resolve(llama),
-        hardware,
-        headroomBytes: config.models.headroomBytes,
-        parallel: config.models.parallel,
-        engines: BUILT_IN_ENGINES,
-        onHashProgress: (id) => progress(json, `verifying ${id}`),
-      });
-      if (json) printJson(statuses.map((s) => ({ ...s, listed: s.state === 'available' })));
-      else
-        printTable(
-          statuses.map((s) => ({
-            id: s.id,
-            capability: s.capability,
-            present: s.present ? 'yes' : 'no',
-            verified: s.verified ? 'yes' : 'no',
-            fits: s.fits === null ? null : s.fits ? 'yes' : 'no',
-            ram: gib(s.requiredRamBytes),
-            listed: s.state === 'available' ? 'yes' : 'no',
-            why: s.state === 'available' ? '' : `${s.state}: ${s.reason}`,
-          })),
-          ['id', 'capability', 'present', 'verified', 'fits', 'ram', 'listed', 'why'],
-        );
-      return 0;
-    }
-    throw new UsageError(`unknown models command '${command}'`);
+    const run = Object.hasOwn(DEVICE_COMMANDS, command) ? DEVICE_COMMANDS[command] : undefined;
+    if (!run) throw new UsageError(`unknown models command '${command}'`);
+    return await run({ ...call, config, manifest, store, verifier });
   } finally {
     await store.close();
   }

@@ -49,6 +49,15 @@ export function reportFile(config: Config): string {
   return join(config.dataDir, 'firstboot.json');
 }
 
+/** What a step's work says: its outcome and the line that tells it. */
+type StepResult = [StepReport['outcome'], string];
+
+/** The fingerprints the installer records, as the steps find or make them (kept even when a later part fails). */
+interface Found {
+  auditKey: FirstBootReport['auditKey'];
+  tlsCertificate: FirstBootReport['tlsCertificate'];
+}
+
 export async function firstBoot(options: FirstBootOptions): Promise<FirstBootReport> {
   const { config, say } = options;
   const steps: StepReport[] = [];
@@ -56,7 +65,8 @@ export async function firstBoot(options: FirstBootOptions): Promise<FirstBootRep
     steps.push({ step, outcome, detail });
     say(`${step.padEnd(9)} ${outcome === 'failed' ? 'FAILED: ' : ''}${detail}`);
   };
-  const attempt = async (step: StepName, work: () => Promise<[StepReport['outcome'], string]>) => {
+  // A step that fails is reported, and the steps after it still run.
+  const attempt = async (step: StepName, work: () => Promise<StepResult>) => {
     try {
       const [outcome, detail] = await work();
       record(step, outcome, detail);
@@ -64,75 +74,80 @@ export async function firstBoot(options: FirstBootOptions): Promise<FirstBootRep
       record(step, 'failed', (err as Error).message);
     }
   };
-
-  await attempt('state', async () => {
-    const existed = existsSync(config.dataDir) && readdirSync(config.dataDir).length > 0;
-    await openStore(config.dataDir).close();
-    return existed ? ['skipped', `${config.dataDir} in place`] : ['done', `${config.dataDir} created`];
-  });
-
-  let auditKey: FirstBootReport['auditKey'] = null;
-  await attempt('audit-key', async () => {
-    const existing = currentAuditPublicKey(config, false);
-    if (existing) {
-      auditKey = { publicKeyPem: existing, fingerprint: spkiFingerprint(existing) };
-      return ['skipped', `the ${config.audit.signer} key is in place`];
-    }
-    if (config.audit.signer === 'software') {
-      const pem = currentAuditPublicKey(config, true)!;
-      auditKey = { publicKeyPem: pem, fingerprint: spkiFingerprint(pem) };
-      await queueEvent(config.dataDir, 'audit.key', {
-        by: 'firstboot',
-        signer: 'software',
-        key_id: keyIdOf(pem).toString('hex'),
-        replaced: null,
-      });
-      return ['done', 'software signing key created (audit.signer is software: the key is a file, not in a TPM)'];
-    }
-    const keys = await provisionTpmKey(config, false, () => {});
-    auditKey = { publicKeyPem: keys.publicKeyPem, fingerprint: spkiFingerprint(keys.publicKeyPem) };
-    await queueEvent(config.dataDir, 'audit.key', {
-      by: 'firstboot',
-      signer: 'tpm',
-      key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
-      replaced: keys.replaced,
-    });
-    return ['done', `signing key created in the TPM at ${config.audit.keyHandle} (${config.audit.tcti})`];
-  });
-
+  const found: Found = { auditKey: null, tlsCertificate: null };
+  await attempt('state', () => stateStep(config));
+  await attempt('audit-key', () => auditKeyStep(config, found));
   await attempt('models', () => importFromSources(options));
-
-  let tlsCertificate: FirstBootReport['tlsCertificate'] = null;
-  await attempt('tls', async () => {
-    const tls = config.tls;
-    if (config.posture === 'device' || !tls) return ['skipped', `the ${config.posture} posture serves no TLS`];
-    const [hasCert, hasKey] = [existsSync(tls.cert), existsSync(tls.key)];
-    if (hasCert !== hasKey) {
-      throw new Error(`${hasCert ? tls.cert : tls.key} exists without its ${hasCert ? 'key' : 'certificate'}; provide both or neither`);
-    }
-    if (hasCert) {
-      tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
-      return ['skipped', `certificate ${tls.cert} in place`];
-    }
-    const names = options.tlsNames ?? defaultTlsNames(config);
-    await makeCertificate(tls.cert, tls.key, names);
-    tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
-    return ['done', `self-signed certificate made for ${names.join(', ')}; replace it with one from your CA at any time`];
-  });
+  await attempt('tls', () => tlsStep(options, found));
 
   const report: FirstBootReport = {
     at: (options.now?.() ?? new Date()).toISOString(),
     ok: steps.every((s) => s.outcome !== 'failed'),
     steps,
-    auditKey,
-    tlsCertificate,
+    auditKey: found.auditKey,
+    tlsCertificate: found.tlsCertificate,
   };
   if (existsSync(config.dataDir)) writeFileSync(reportFile(config), `${JSON.stringify(report, null, 2)}\n`, { mode: 0o600 });
   return report;
 }
 
+/** Makes the state directory (opening the store creates it). */
+async function stateStep(config: Config): Promise<StepResult> {
+  const existed = existsSync(config.dataDir) && readdirSync(config.dataDir).length > 0;
+  await openStore(config.dataDir).close();
+  return existed ? ['skipped', `${config.dataDir} in place`] : ['done', `${config.dataDir} created`];
+}
+
+/** Finds the audit signing key, or creates it (a file for the software signer, else in the TPM) and queues its event. */
+async function auditKeyStep(config: Config, found: Found): Promise<StepResult> {
+  const existing = currentAuditPublicKey(config, false);
+  if (existing) {
+    found.auditKey = { publicKeyPem: existing, fingerprint: spkiFingerprint(existing) };
+    return ['skipped', `the ${config.audit.signer} key is in place`];
+  }
+  if (config.audit.signer === 'software') {
+    const pem = currentAuditPublicKey(config, true)!;
+    found.auditKey = { publicKeyPem: pem, fingerprint: spkiFingerprint(pem) };
+    await queueEvent(config.dataDir, 'audit.key', {
+      by: 'firstboot',
+      signer: 'software',
+      key_id: keyIdOf(pem).toString('hex'),
+      replaced: null,
+    });
+    return ['done', 'software signing key created (audit.signer is software: the key is a file, not in a TPM)'];
+  }
+  const keys = await provisionTpmKey(config, false, () => {});
+  found.auditKey = { publicKeyPem: keys.publicKeyPem, fingerprint: spkiFingerprint(keys.publicKeyPem) };
+  await queueEvent(config.dataDir, 'audit.key', {
+    by: 'firstboot',
+    signer: 'tpm',
+    key_id: keyIdOf(keys.publicKeyPem).toString('hex'),
+    replaced: keys.replaced,
+  });
+  return ['done', `signing key created in the TPM at ${config.audit.keyHandle} (${config.audit.tcti})`];
+}
+
+/** Finds the TLS certificate an HTTPS posture serves, or makes a self-signed one; a key without its certificate (or the reverse) fails. */
+async function tlsStep(options: FirstBootOptions, found: Found): Promise<StepResult> {
+  const { config } = options;
+  const tls = config.tls;
+  if (config.posture === 'device' || !tls) return ['skipped', `the ${config.posture} posture serves no TLS`];
+  const [hasCert, hasKey] = [existsSync(tls.cert), existsSync(tls.key)];
+  if (hasCert !== hasKey) {
+    throw new Error(`${hasCert ? tls.cert : tls.key} exists without its ${hasCert ? 'key' : 'certificate'}; provide both or neither`);
+  }
+  if (hasCert) {
+    found.tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
+    return ['skipped', `certificate ${tls.cert} in place`];
+  }
+  const names = options.tlsNames ?? defaultTlsNames(config);
+  await makeCertificate(tls.cert, tls.key, names);
+  found.tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
+  return ['done', `self-signed certificate made for ${names.join(', ')}; replace it with one from your CA at any time`];
+}
+
 /** Imports every signed bundle and every pinned model file found in the sources. */
-async function importFromSources(options: FirstBootOptions): Promise<[StepReport['outcome'], string]> {
+async function importFromSources(options: FirstBootOptions): Promise<StepResult> {
   const { config, manifest, say } = options;
   const modelsDir = modelsDirOf(config);
   const trustedPems = config.models.bundleKeys.map((f) => readFileSync(f, 'utf8'));

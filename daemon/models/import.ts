@@ -6,7 +6,7 @@ import { createReadStream, existsSync, mkdirSync, openSync, closeSync, fsyncSync
 import { basename, join } from 'node:path';
 import { headerMismatch } from './header.js';
 import type { Manifest, ManifestEntry } from './manifest.js';
-import { hashFile, type ModelVerifier, type Progress } from './verify.js';
+import { hashFile, type ModelVerifier, type Pin, type Progress } from './verify.js';
 
 export class ImportError extends Error {
   constructor(message: string) {
@@ -51,7 +51,7 @@ async function identify(source: string, manifest: Manifest, id: string | undefin
   throw new ImportError(`cannot tell which model ${basename(source)} is (its name and checksum match no manifest entry); pass --id ID`);
 }
 
-export async function importModel(options: {
+export interface ImportOptions {
   source: string;
   id?: string;
   manifest: Manifest;
@@ -60,27 +60,14 @@ export async function importModel(options: {
   onProgress?: Progress;
   /** What a signed bundle says the file is; checked as well as the manifest. */
   expected?: { sha256: string; size: number };
-}): Promise<ImportResult> {
+}
+
+export async function importModel(options: ImportOptions): Promise<ImportResult> {
   const { source, manifest, modelsDir, verifier, onProgress } = options;
-  let size: number;
-  try {
-    size = statSync(source).size;
-  } catch (err) {
-    throw new ImportError(`cannot read ${source}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-  }
+  const size = sizeOf(source);
   const entry = await identify(source, manifest, options.id, onProgress);
   const pin = verifier.pin(entry.id);
-  const expectedSize = entry.size ?? null;
-  if (options.expected && size !== options.expected.size) {
-    throw new ImportError(
-      `${basename(source)} is ${size} bytes; its bundle says ${options.expected.size}. It is truncated or another file.`,
-    );
-  }
-  if (expectedSize !== null && size !== expectedSize) {
-    throw new ImportError(
-      `${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`,
-    );
-  }
+  checkSize(options, entry, size);
   // Before copying a byte: for an entry whose checksum this import records, the header is all that ties the file to
   // the model it is imported as.
   const mismatch = await notTheModel(entry, source);
@@ -90,12 +77,7 @@ export async function importModel(options: {
 
   mkdirSync(modelsDir, { recursive: true });
   const destination = join(modelsDir, entry.file);
-  // A checksum recorded (before header checks existed) for a file that is not the model holds nothing: the file in
-  // place proves it, and a file that is the model may replace it.
-  const stalePin =
-    pin !== undefined && existsSync(destination) && (await verifier.sha256(destination)).sha256 === pin.sha256
-      ? (await notTheModel(entry, destination)) !== null
-      : false;
+  const stalePin = await pinIsStale(entry, pin, destination, verifier);
   const temporary = join(modelsDir, `.${entry.file}.partial-${process.pid}`);
   let sha256: string;
   try {
@@ -103,33 +85,78 @@ export async function importModel(options: {
   } catch (err) {
     throw new ImportError(`copying ${source} failed: ${(err as Error).message}`);
   }
+  const rejected = await rejectCopy(options, entry, { temporary, sha256, pin, stalePin });
+  if (rejected !== null) {
+    rmSync(temporary, { force: true });
+    throw new ImportError(rejected);
+  }
+  moveIntoPlace(temporary, destination, modelsDir);
+  await verifier.remember(destination, sha256);
+  const pinned = (entry.sha256 ?? null) === null;
+  if (pinned) await verifier.setPin(entry.id, { sha256, size, pinnedAt: new Date().toISOString() });
+  const replacedPin = pinned && stalePin && pin && pin.sha256 !== sha256 ? pin.sha256 : undefined;
+  return { id: entry.id, file: entry.file, path: destination, size, sha256, pinned, ...(replacedPin ? { replacedPin } : {}) };
+}
 
+function sizeOf(source: string): number {
+  try {
+    return statSync(source).size;
+  } catch (err) {
+    throw new ImportError(`cannot read ${source}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
+
+/** The source's size MUST be the bundle's (when it comes in one) and the manifest's (when it gives one). */
+function checkSize({ source, expected }: ImportOptions, entry: ManifestEntry, size: number): void {
+  const expectedSize = entry.size ?? null;
+  if (expected && size !== expected.size) {
+    throw new ImportError(`${basename(source)} is ${size} bytes; its bundle says ${expected.size}. It is truncated or another file.`);
+  }
+  if (expectedSize !== null && size !== expectedSize) {
+    throw new ImportError(
+      `${basename(source)} is ${size} bytes; the manifest says '${entry.id}' is ${expectedSize}. It is truncated or another file.`,
+    );
+  }
+}
+
+/**
+ * Whether the checksum recorded for `entry` is stale. A checksum recorded (before header checks existed) for a file
+ * that is not the model holds nothing: the file in place proves it, and a file that is the model may replace it.
+ */
+async function pinIsStale(entry: ManifestEntry, pin: Pin | undefined, destination: string, verifier: ModelVerifier): Promise<boolean> {
+  return pin !== undefined && existsSync(destination) && (await verifier.sha256(destination)).sha256 === pin.sha256
+    ? (await notTheModel(entry, destination)) !== null
+    : false;
+}
+
+/** Why the copy in `temporary` MUST NOT be served as `entry` (the first reason found), or null when it may. */
+async function rejectCopy(
+  { source, expected }: ImportOptions,
+  entry: ManifestEntry,
+  copy: { temporary: string; sha256: string; pin: Pin | undefined; stalePin: boolean },
+): Promise<string | null> {
+  const { sha256, pin } = copy;
   const expectedSha = entry.sha256 ?? null;
   if (expectedSha !== null && sha256 !== expectedSha) {
-    rmSync(temporary, { force: true });
-    throw new ImportError(
-      `SHA-256 of ${basename(source)} is ${sha256}; the manifest says '${entry.id}' is ${expectedSha}. The file is altered or another model; nothing was imported.`,
-    );
+    return `SHA-256 of ${basename(source)} is ${sha256}; the manifest says '${entry.id}' is ${expectedSha}. The file is altered or another model; nothing was imported.`;
   }
-  if (options.expected && sha256 !== options.expected.sha256) {
-    rmSync(temporary, { force: true });
-    throw new ImportError(
-      `SHA-256 of ${basename(source)} is ${sha256}; its signed bundle says ${options.expected.sha256}. The file was altered after the bundle was signed; nothing was imported.`,
-    );
+  if (expected && sha256 !== expected.sha256) {
+    return `SHA-256 of ${basename(source)} is ${sha256}; its signed bundle says ${expected.sha256}. The file was altered after the bundle was signed; nothing was imported.`;
   }
-  if (expectedSha === null && pin && pin.sha256 !== sha256 && !stalePin) {
-    rmSync(temporary, { force: true });
-    throw new ImportError(`'${entry.id}' was imported before with SHA-256 ${pin.sha256}; this file is ${sha256}. Nothing was imported.`);
+  if (expectedSha === null && pin && pin.sha256 !== sha256 && !copy.stalePin) {
+    return `'${entry.id}' was imported before with SHA-256 ${pin.sha256}; this file is ${sha256}. Nothing was imported.`;
   }
   // The header was checked on the source, before copying; the copy is what is served (and, unpinned, what its checksum
   // is recorded for), and the source could have changed in between.
-  const copied = await notTheModel(entry, temporary);
+  const copied = await notTheModel(entry, copy.temporary);
   if (copied !== null) {
-    rmSync(temporary, { force: true });
-    throw new ImportError(
-      `${basename(source)} changed while it was copied and is no longer '${entry.id}': ${copied}. Nothing was imported.`,
-    );
+    return `${basename(source)} changed while it was copied and is no longer '${entry.id}': ${copied}. Nothing was imported.`;
   }
+  return null;
+}
+
+/** Renames the verified copy into place and fsyncs the directory, so that the rename survives a crash. */
+function moveIntoPlace(temporary: string, destination: string, modelsDir: string): void {
   renameSync(temporary, destination);
   const dirFd = openSync(modelsDir, 'r');
   try {
@@ -137,11 +164,6 @@ export async function importModel(options: {
   } finally {
     closeSync(dirFd);
   }
-  await verifier.remember(destination, sha256);
-  const pinned = expectedSha === null;
-  if (pinned) await verifier.setPin(entry.id, { sha256, size, pinnedAt: new Date().toISOString() });
-  const replacedPin = pinned && stalePin && pin && pin.sha256 !== sha256 ? pin.sha256 : undefined;
-  return { id: entry.id, file: entry.file, path: destination, size, sha256, pinned, ...(replacedPin ? { replacedPin } : {}) };
 }
 
 /**

@@ -3,7 +3,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Llama } from 'node-llama-cpp';
-import type { HardwareFacts } from '../hardware/index.js';
+import type { GpuFacts, HardwareFacts } from '../hardware/index.js';
 import { headerMismatch } from './header.js';
 import type { EngineName, Manifest, ManifestEntry } from './manifest.js';
 import type { ModelVerifier, Progress } from './verify.js';
@@ -53,66 +53,23 @@ export interface AssessOptions {
 const GiB = 1024 ** 3;
 const gib = (bytes: number) => `${(bytes / GiB).toFixed(2)} GiB`;
 
+/** What the models listed so far leave: RAM (spent in manifest order) and the GPUs the backend can use. */
+interface Room {
+  budget: number;
+  usableGpus: GpuFacts[];
+  freeVram: number;
+}
+
 export async function assessModels(options: AssessOptions): Promise<ModelStatus[]> {
   const { hardware } = options;
-  let budget = hardware.ram.availableBytes - options.headroomBytes - (options.reservedBytes ?? 0);
   // Only memory the loaded llama.cpp backend can use counts: nvidia-smi reports the same card again, and reports it
   // even when the backend is CPU-only.
   const usableGpus = hardware.accelerator === false ? [] : hardware.gpus.filter((g) => g.source === 'node-llama-cpp');
-  const freeVram = usableGpus.reduce((sum, g) => sum + g.vramFreeBytes, 0);
-
-  /** Everything up to the fit check; the budget is shared, so fit is decided in order below. */
-  async function check(entry: ManifestEntry, status: ModelStatus): Promise<[Availability, string] | null> {
-    const path = status.path;
-    if (!existsSync(path))
-      return ['missing', `file ${entry.file} is not in ${options.modelsDir}; import it with 'sovereign models import FILE'`];
-    status.present = true;
-    const pin = options.verifier.pin(entry.id);
-    const expectedSize = entry.size ?? pin?.size ?? null;
-    const expectedSha = entry.sha256 ?? pin?.sha256 ?? null;
-    const size = statSync(path).size;
-    if (expectedSize !== null && size !== expectedSize) {
-      return ['size_mismatch', `file is ${size} bytes, the manifest says ${expectedSize}: it is truncated or not this model`];
-    }
-    if (!options.engines.has(entry.engine)) return ['engine_unavailable', `the ${entry.engine} engine is not part of this build`];
-    if (expectedSha === null) {
-      return [
-        'not_pinned',
-        `no checksum is known for it: run 'sovereign models import ${entry.file} --id ${entry.id}' to verify and record it`,
-      ];
-    }
-    const { sha256 } = await options.verifier.sha256(path, options.onHashProgress?.(entry.id));
-    if (sha256 !== expectedSha) {
-      return [
-        'checksum_mismatch',
-        `SHA-256 ${sha256} does not match the expected ${expectedSha}: the file was altered or is another model`,
-      ];
-    }
-    // After the checksum, so that an altered file is reported as altered; checked for pinned entries too, where it
-    // catches a manifest whose checksum belongs to another model.
-    const mismatch = await headerMismatch(entry, path);
-    if (mismatch !== null) return ['header_mismatch', `${mismatch}: this file is not ${entry.id}`];
-    status.verified = true;
-    if (entry.needs.gpuRequired && (usableGpus.length === 0 || freeVram < entry.needs.vramBytes)) {
-      status.fits = false;
-      const found = usableGpus.length ? `${gib(freeVram)} free` : 'no GPU the llama.cpp backend can use';
-      return ['gpu_required', `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${found}`];
-    }
-    const { estimateRam } = await import('./fit.js');
-    const estimate = await estimateRam(entry, path, await options.llama(), options.parallel);
-    status.requiredRamBytes = estimate.bytes;
-    if (estimate.bytes > budget) {
-      status.fits = false;
-      return [
-        'does_not_fit',
-        `needs ${gib(estimate.bytes)} (${estimate.basis}); ${gib(Math.max(0, budget))} is left of ${gib(hardware.ram.availableBytes)} available after ${gib(options.headroomBytes)} headroom and the models listed before it`,
-      ];
-    }
-    status.fits = true;
-    budget -= estimate.bytes;
-    return null;
-  }
-
+  const room: Room = {
+    budget: hardware.ram.availableBytes - options.headroomBytes - (options.reservedBytes ?? 0),
+    usableGpus,
+    freeVram: usableGpus.reduce((sum, g) => sum + g.vramFreeBytes, 0),
+  };
   const out: ModelStatus[] = [];
   for (const entry of options.manifest.models) {
     const status: ModelStatus = {
@@ -129,9 +86,10 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
       reason: '',
     };
     out.push(status);
-    let verdict: [Availability, string] | null;
+    let verdict: Verdict | null;
     try {
-      verdict = await check(entry, status);
+      // The budget is shared, so fit is decided in manifest order.
+      verdict = (await checkFile(entry, status, options)) ?? (await checkFit(entry, status, options, room));
     } catch (err) {
       // One unreadable file (permissions, I/O error, a directory in its place) is that entry's problem only.
       verdict = ['unreadable', `cannot read it as a model: ${(err as Error).message}`];
@@ -139,4 +97,62 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
     [status.state, status.reason] = verdict ?? ['available', `verified; needs ${gib(status.requiredRamBytes ?? 0)} of RAM`];
   }
   return out;
+}
+
+/** Why an entry is not served, and what to tell the operator. */
+type Verdict = [Availability, string];
+
+/** Whether the file is in place and is the entry's model (size, engine, checksum, header), or why not. */
+async function checkFile(entry: ManifestEntry, status: ModelStatus, options: AssessOptions): Promise<Verdict | null> {
+  const path = status.path;
+  if (!existsSync(path))
+    return ['missing', `file ${entry.file} is not in ${options.modelsDir}; import it with 'sovereign models import FILE'`];
+  status.present = true;
+  const pin = options.verifier.pin(entry.id);
+  const expectedSize = entry.size ?? pin?.size ?? null;
+  const expectedSha = entry.sha256 ?? pin?.sha256 ?? null;
+  const size = statSync(path).size;
+  if (expectedSize !== null && size !== expectedSize) {
+    return ['size_mismatch', `file is ${size} bytes, the manifest says ${expectedSize}: it is truncated or not this model`];
+  }
+  if (!options.engines.has(entry.engine)) return ['engine_unavailable', `the ${entry.engine} engine is not part of this build`];
+  if (expectedSha === null) {
+    return [
+      'not_pinned',
+      `no checksum is known for it: run 'sovereign models import ${entry.file} --id ${entry.id}' to verify and record it`,
+    ];
+  }
+  const { sha256 } = await options.verifier.sha256(path, options.onHashProgress?.(entry.id));
+  if (sha256 !== expectedSha) {
+    return ['checksum_mismatch', `SHA-256 ${sha256} does not match the expected ${expectedSha}: the file was altered or is another model`];
+  }
+  // After the checksum, so that an altered file is reported as altered; checked for pinned entries too, where it
+  // catches a manifest whose checksum belongs to another model.
+  const mismatch = await headerMismatch(entry, path);
+  if (mismatch !== null) return ['header_mismatch', `${mismatch}: this file is not ${entry.id}`];
+  status.verified = true;
+  return null;
+}
+
+/** Whether a verified model fits the GPU and the RAM left in `room` (which it then takes), or why not. */
+async function checkFit(entry: ManifestEntry, status: ModelStatus, options: AssessOptions, room: Room): Promise<Verdict | null> {
+  const { usableGpus, freeVram } = room;
+  if (entry.needs.gpuRequired && (usableGpus.length === 0 || freeVram < entry.needs.vramBytes)) {
+    status.fits = false;
+    const found = usableGpus.length ? `${gib(freeVram)} free` : 'no GPU the llama.cpp backend can use';
+    return ['gpu_required', `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${found}`];
+  }
+  const { estimateRam } = await import('./fit.js');
+  const estimate = await estimateRam(entry, status.path, await options.llama(), options.parallel);
+  status.requiredRamBytes = estimate.bytes;
+  if (estimate.bytes > room.budget) {
+    status.fits = false;
+    return [
+      'does_not_fit',
+      `needs ${gib(estimate.bytes)} (${estimate.basis}); ${gib(Math.max(0, room.budget))} is left of ${gib(options.hardware.ram.availableBytes)} available after ${gib(options.headroomBytes)} headroom and the models listed before it`,
+    ];
+  }
+  status.fits = true;
+  room.budget -= estimate.bytes;
+  return null;
 }

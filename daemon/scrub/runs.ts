@@ -195,6 +195,7 @@ export function scanDigitsJs(text: string, sink: RunSink | null): number[] {
  * Reads the run that may begin at `i` (a digit, or a high surrogate that may begin one) to its end, hands it to `sink`
  * if it has ten digits or more, and lists its start in `starts` if an IBAN's check digits may begin there. Returns
  * where scanning goes on.
+ * Kept whole: it is the scanner's per-character state machine, whose state lives in locals its inner loop updates.
  */
 function readRun(text: string, i: number, sink: RunSink | null, starts: number[] | null): number {
   const length = text.length;

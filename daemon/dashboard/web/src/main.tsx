@@ -63,48 +63,17 @@ function App() {
     go('keys');
   }
 
-  const banner = session && !session.sovereign && (
-    <div class="frontier-banner" role="note" data-testid="frontier-banner">
-      {t('frontier.banner')}
-    </div>
-  );
-
   return (
     <>
       <a class="skip" href="#main">
         {t('common.skip')}
       </a>
-      {banner}
-      <header>
-        <span class="brand">{t('app.title')}</span>
-        {session && <span class="region">{t('app.region', { region: session.region, posture: session.posture })}</span>}
-        {session?.user && (
-          <nav aria-label={t('nav.label')}>
-            {PAGES.map((p) => (
-              <a
-                key={p}
-                href={`/dashboard/${p}`}
-                aria-current={page === p ? 'page' : undefined}
-                onClick={(e) => {
-                  e.preventDefault();
-                  go(p);
-                }}
-              >
-                {t(`nav.${p}` as MessageKey)}
-              </a>
-            ))}
-          </nav>
-        )}
-        <span class="spacer" />
-        <button type="button" onClick={switchLang} lang={currentLang() === 'ar' ? 'en' : 'ar'} data-testid="lang-switch">
-          {t('lang.other')}
-        </button>
-        {session?.user && (
-          <button type="button" onClick={() => void signOut()}>
-            {t('nav.signout')}
-          </button>
-        )}
-      </header>
+      {session && !session.sovereign && (
+        <div class="frontier-banner" role="note" data-testid="frontier-banner">
+          {t('frontier.banner')}
+        </div>
+      )}
+      <Header session={session} page={page} go={go} onSwitchLang={switchLang} onSignOut={() => void signOut()} />
       {error && (
         <p class="error" role="alert">
           {error}
@@ -118,19 +87,64 @@ function App() {
             onSignedIn={(u) => void signedIn(u)}
             go={(p) => go(p as Page)}
           />
-        ) : page === 'chat' ? (
-          <ChatPage />
-        ) : page === 'models' ? (
-          <ModelsPage />
-        ) : page === 'usage' ? (
-          <UsagePage />
-        ) : page === 'audit' ? (
-          <AuditPage />
         ) : (
-          <KeysPage session={session} />
+          <SignedInPage session={session} page={page} />
         ))}
     </>
   );
+}
+
+/** The brand, the region and posture, the pages (once signed in), the language switch and signing out. */
+function Header(props: { session: Session | null; page: Page; go: (page: Page) => void; onSwitchLang: () => void; onSignOut: () => void }) {
+  const { session, page, go } = props;
+  return (
+    <header>
+      <span class="brand">{t('app.title')}</span>
+      {session && <span class="region">{t('app.region', { region: session.region, posture: session.posture })}</span>}
+      {session?.user && (
+        <nav aria-label={t('nav.label')}>
+          {PAGES.map((p) => (
+            <a
+              key={p}
+              href={`/dashboard/${p}`}
+              aria-current={page === p ? 'page' : undefined}
+              onClick={(e) => {
+                e.preventDefault();
+                go(p);
+              }}
+            >
+              {t(`nav.${p}` as MessageKey)}
+            </a>
+          ))}
+        </nav>
+      )}
+      <span class="spacer" />
+      <button type="button" onClick={props.onSwitchLang} lang={currentLang() === 'ar' ? 'en' : 'ar'} data-testid="lang-switch">
+        {t('lang.other')}
+      </button>
+      {session?.user && (
+        <button type="button" onClick={props.onSignOut}>
+          {t('nav.signout')}
+        </button>
+      )}
+    </header>
+  );
+}
+
+/** The page chosen, for a signed-in user ('signin' and 'signup' show the keys). */
+function SignedInPage(props: { session: Session; page: Page }) {
+  switch (props.page) {
+    case 'chat':
+      return <ChatPage />;
+    case 'models':
+      return <ModelsPage />;
+    case 'usage':
+      return <UsagePage />;
+    case 'audit':
+      return <AuditPage />;
+    default:
+      return <KeysPage session={props.session} />;
+  }
 }
 
 render(<App />, document.getElementById('app')!);

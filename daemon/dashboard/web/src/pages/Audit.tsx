@@ -146,16 +146,76 @@ function Result(props: { outcome: Outcome | null; testId: string }) {
 export function AuditPage() {
   const [summary, setSummary] = useState<AuditSummary | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const [outcome, setOutcome] = useState<Outcome | null>(null);
-  const [busy, setBusy] = useState(false);
-  const [receipt, setReceipt] = useState<Receipt | null>(null);
-  const [receiptOutcome, setReceiptOutcome] = useState<Outcome | null>(null);
 
   useEffect(() => {
     dash<AuditSummary>('GET', '/audit')
       .then(setSummary)
       .catch((err) => setError(messageOf(err)));
   }, []);
+
+  return (
+    <main id="main">
+      <h1>{t('audit.title')}</h1>
+      <ErrorNote error={error} />
+      {summary && (
+        <>
+          <p class={summary.signer === 'tpm' ? 'signer-banner tpm' : 'signer-banner software'} data-testid="signer">
+            {summary.signer === 'tpm' ? t('audit.byTpm') : summary.signer === 'software' ? t('audit.bySoftware') : t('audit.bySomeone')}
+          </p>
+          <p>
+            {t('audit.summary', { size: summary.tree_size, origin: summary.origin })} <code dir="ltr">{summary.key_id}</code>
+          </p>
+          {summary.problem && <p class="error">{summary.problem}</p>}
+          <h2>{t('audit.latest')}</h2>
+          <Checkpoints checkpoints={summary.checkpoints} />
+
+          <h2>{t('audit.verifyTitle')}</h2>
+          {summary.canExport ? <VerifyLog requireTpm={summary.signer === 'tpm'} /> : <p>{t('audit.adminOnly')}</p>}
+
+          {summary.canExport && <Entries />}
+
+          <h2>{t('audit.lookupTitle')}</h2>
+          <ReceiptLookup setError={setError} />
+
+          <h2>{t('audit.downloads')}</h2>
+          <Downloads canExport={summary.canExport} />
+          <p class="hint">{t('audit.offlineHint')}</p>
+        </>
+      )}
+    </main>
+  );
+}
+
+/** The newest signed checkpoints. */
+function Checkpoints(props: { checkpoints: AuditSummary['checkpoints'] }) {
+  return (
+    <table data-testid="checkpoints">
+      <thead>
+        <tr>
+          <th scope="col">#</th>
+          <th scope="col">{t('audit.size')}</th>
+          <th scope="col">{t('audit.time')}</th>
+          <th scope="col">{t('audit.signer')}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.checkpoints.map((c) => (
+          <tr key={c.seq}>
+            <td>{c.seq}</td>
+            <td>{c.size}</td>
+            <td>{formatDate(c.time)}</td>
+            <td>{c.signer === 'tpm' ? t('audit.signerTpm') : t('audit.signerSoftware')}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** Checks the whole log in this browser, against the checkpoint it trusted last time; requireTpm: every checkpoint MUST be signed by the TPM. */
+function VerifyLog(props: { requireTpm: boolean }) {
+  const [outcome, setOutcome] = useState<Outcome | null>(null);
+  const [busy, setBusy] = useState(false);
 
   async function verifyLog() {
     setBusy(true);
@@ -186,7 +246,7 @@ export function AuditPage() {
           anchors,
           entries,
           state: trustedState(),
-          requireTpm: summary?.signer === 'tpm',
+          requireTpm: props.requireTpm,
           ...(anchors.attestation_key ? { akPem: anchors.attestation_key } : {}),
         });
         if (result.latest) localStorage.setItem(STATE, JSON.stringify(result.latest));
@@ -196,16 +256,33 @@ export function AuditPage() {
     setBusy(false);
   }
 
+  return (
+    <>
+      <p>{t('audit.verifyHint')}</p>
+      <p class="hint">{t('audit.trustHint')}</p>
+      <button type="button" class="primary" disabled={busy} onClick={() => void verifyLog()}>
+        {busy ? t('audit.verifying') : t('audit.verify')}
+      </button>
+      <Result outcome={outcome} testId="verify-result" />
+    </>
+  );
+}
+
+/** Finds one call's receipt by its request id, and checks it in this browser. */
+function ReceiptLookup(props: { setError: (error: string | null) => void }) {
+  const [receipt, setReceipt] = useState<Receipt | null>(null);
+  const [receiptOutcome, setReceiptOutcome] = useState<Outcome | null>(null);
+
   async function lookup(event: Event) {
     event.preventDefault();
     setReceipt(null);
     setReceiptOutcome(null);
-    setError(null);
+    props.setError(null);
     const id = new FormData(event.currentTarget as HTMLFormElement).get('request_id');
     try {
       setReceipt(await dash<Receipt>('GET', `/audit/lookup?request_id=${encodeURIComponent(typeof id === 'string' ? id : '')}`));
     } catch (err) {
-      setError(messageOf(err));
+      props.setError(messageOf(err));
     }
   }
 
@@ -214,100 +291,51 @@ export function AuditPage() {
   }
 
   return (
-    <main id="main">
-      <h1>{t('audit.title')}</h1>
-      <ErrorNote error={error} />
-      {summary && (
+    <>
+      <form class="inline" onSubmit={(e) => void lookup(e)}>
+        <label>
+          {t('audit.requestId')}
+          <input name="request_id" required dir="ltr" placeholder="req_…" size={40} />
+        </label>
+        <button type="submit">{t('audit.find')}</button>
+      </form>
+      {receipt && (
+        <div data-testid="receipt">
+          <p>{t('audit.receiptOf', { leaf: receipt.leaf, seq: receipt.checkpoint.seq })}</p>
+          <pre dir="ltr">{JSON.stringify(receipt.entry, null, 2)}</pre>
+          <button type="button" onClick={() => void verifyReceipt(receipt)}>
+            {t('audit.verifyReceipt')}
+          </button>
+          <Result outcome={receiptOutcome} testId="receipt-result" />
+        </div>
+      )}
+    </>
+  );
+}
+
+/** What an auditor takes to an air-gapped machine: the verifier, and (administrators) the anchors and entries. */
+function Downloads(props: { canExport: boolean }) {
+  return (
+    <ul>
+      <li>
+        <a href="/dashboard/api/audit/verify-anchors.mjs" download>
+          {t('audit.downloadVerifier')}
+        </a>
+      </li>
+      {props.canExport && (
         <>
-          <p class={summary.signer === 'tpm' ? 'signer-banner tpm' : 'signer-banner software'} data-testid="signer">
-            {summary.signer === 'tpm' ? t('audit.byTpm') : summary.signer === 'software' ? t('audit.bySoftware') : t('audit.bySomeone')}
-          </p>
-          <p>
-            {t('audit.summary', { size: summary.tree_size, origin: summary.origin })} <code dir="ltr">{summary.key_id}</code>
-          </p>
-          {summary.problem && <p class="error">{summary.problem}</p>}
-          <h2>{t('audit.latest')}</h2>
-          <table data-testid="checkpoints">
-            <thead>
-              <tr>
-                <th scope="col">#</th>
-                <th scope="col">{t('audit.size')}</th>
-                <th scope="col">{t('audit.time')}</th>
-                <th scope="col">{t('audit.signer')}</th>
-              </tr>
-            </thead>
-            <tbody>
-              {summary.checkpoints.map((c) => (
-                <tr key={c.seq}>
-                  <td>{c.seq}</td>
-                  <td>{c.size}</td>
-                  <td>{formatDate(c.time)}</td>
-                  <td>{c.signer === 'tpm' ? t('audit.signerTpm') : t('audit.signerSoftware')}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-
-          <h2>{t('audit.verifyTitle')}</h2>
-          {summary.canExport ? (
-            <>
-              <p>{t('audit.verifyHint')}</p>
-              <p class="hint">{t('audit.trustHint')}</p>
-              <button type="button" class="primary" disabled={busy} onClick={() => void verifyLog()}>
-                {busy ? t('audit.verifying') : t('audit.verify')}
-              </button>
-              <Result outcome={outcome} testId="verify-result" />
-            </>
-          ) : (
-            <p>{t('audit.adminOnly')}</p>
-          )}
-
-          {summary.canExport && <Entries />}
-
-          <h2>{t('audit.lookupTitle')}</h2>
-          <form class="inline" onSubmit={(e) => void lookup(e)}>
-            <label>
-              {t('audit.requestId')}
-              <input name="request_id" required dir="ltr" placeholder="req_…" size={40} />
-            </label>
-            <button type="submit">{t('audit.find')}</button>
-          </form>
-          {receipt && (
-            <div data-testid="receipt">
-              <p>{t('audit.receiptOf', { leaf: receipt.leaf, seq: receipt.checkpoint.seq })}</p>
-              <pre dir="ltr">{JSON.stringify(receipt.entry, null, 2)}</pre>
-              <button type="button" onClick={() => void verifyReceipt(receipt)}>
-                {t('audit.verifyReceipt')}
-              </button>
-              <Result outcome={receiptOutcome} testId="receipt-result" />
-            </div>
-          )}
-
-          <h2>{t('audit.downloads')}</h2>
-          <ul>
-            <li>
-              <a href="/dashboard/api/audit/verify-anchors.mjs" download>
-                {t('audit.downloadVerifier')}
-              </a>
-            </li>
-            {summary.canExport && (
-              <>
-                <li>
-                  <a href="/dashboard/api/audit/anchors.json" download>
-                    {t('audit.downloadAnchors')}
-                  </a>
-                </li>
-                <li>
-                  <a href={`/dashboard/api/audit/entries.jsonl`} download>
-                    {t('audit.downloadEntries')}
-                  </a>
-                </li>
-              </>
-            )}
-          </ul>
-          <p class="hint">{t('audit.offlineHint')}</p>
+          <li>
+            <a href="/dashboard/api/audit/anchors.json" download>
+              {t('audit.downloadAnchors')}
+            </a>
+          </li>
+          <li>
+            <a href={`/dashboard/api/audit/entries.jsonl`} download>
+              {t('audit.downloadEntries')}
+            </a>
+          </li>
         </>
       )}
-    </main>
+    </ul>
   );
 }

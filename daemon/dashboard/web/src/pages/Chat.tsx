@@ -1,6 +1,7 @@
 // The chat app. It calls /v1 exactly as an API client does, with a key bound to this session, so scrubbing, limits
 // and the audit log apply to it too. Each message of the user is shown as the model received it, redacted values
 // marked. Answers stream in; every message sets its own direction (dir="auto"), so Arabic reads right to left.
+import type { RefObject } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { dash, v1 } from '../api.js';
 import { ErrorNote, ProjectSelect, messageOf, useProjects } from '../components.js';
@@ -63,22 +64,12 @@ async function readEvents(body: ReadableStream<Uint8Array>, onData: (data: strin
   }
 }
 
-export function ChatPage() {
+/** The chat app's key for the chosen project, and the models it may use: chat models, and a transcriber for voice. */
+function useChatKey(project: string, onError: (message: string) => void) {
   const [key, setKey] = useState<string | null>(null);
   const [models, setModels] = useState<string[]>([]);
   const [model, setModel] = useState('');
-  const [messages, setMessages] = useState<Message[]>([]);
-  const [error, setError] = useState<string | null>(null);
-  const { projects, project, setProject } = useProjects(setError);
-  const [busy, setBusy] = useState(false);
-  const [knowledgeBase, setKnowledgeBase] = useState('my-documents');
-  const [askDocuments, setAskDocuments] = useState(false);
-  const [uploads, setUploads] = useState<string[]>([]);
   const [transcriber, setTranscriber] = useState<string | null>(null);
-  const [recording, setRecording] = useState<MediaRecorder | null>(null);
-  const [voiceStatus, setVoiceStatus] = useState<string | null>(null);
-  const input = useRef<HTMLTextAreaElement>(null);
-
   // The chat app's key is for one project: its calls count there, and its documents live there.
   useEffect(() => {
     if (!project) return;
@@ -97,90 +88,66 @@ export function ChatPage() {
       setModels(ids);
       setModel(ids[0] ?? '');
       setTranscriber(ofCapability('transcription')[0] ?? null);
-    })().catch((err) => setError(messageOf(err)));
+    })().catch((err) => onError(messageOf(err)));
   }, [project]);
+  return { key, models, model, setModel, transcriber };
+}
 
-  async function send(event: Event) {
-    event.preventDefault();
-    const text = input.current?.value.trim() ?? '';
-    if (!text || !key || !model || busy) return;
-    setError(null);
-    setBusy(true);
-    const history: Message[] = [...messages, { role: 'user', content: text }];
-    try {
-      const preview = await dash<{ texts: string[]; redactions: Record<string, number> }>('POST', '/scrub', {
-        texts: history.filter((m) => m.role === 'user').map((m) => m.content),
-      });
-      const sentAs = preview.texts.at(-1) ?? text;
-      const redacted = (sentAs.match(new RegExp(PLACEHOLDER.source, 'g')) ?? []).length;
-      history[history.length - 1] = { role: 'user', content: text, sentAs, redacted };
-      setMessages([...history, { role: 'assistant', content: '' }]);
-      if (input.current) input.current.value = '';
-      if (askDocuments) {
-        const res = await v1('/documents/query', key, { method: 'POST', json: { knowledge_base: knowledgeBase, query: text, model } });
-        const result = (await res.json()) as { answer: string | null; citations: Citation[] };
-        const leaf = res.headers.get('x-audit-leaf');
-        setMessages([
-          ...history,
-          { role: 'assistant', content: result.answer ?? t('chat.passagesOnly'), citations: result.citations, ...(leaf ? { leaf } : {}) },
-        ]);
-        return;
+/** The user's newest message as the model receives it: scrubbed by the server (with the ones before it), its redacted values counted. */
+async function scrubbed(history: Message[], text: string): Promise<Message> {
+  const preview = await dash<{ texts: string[]; redactions: Record<string, number> }>('POST', '/scrub', {
+    texts: history.filter((m) => m.role === 'user').map((m) => m.content),
+  });
+  const sentAs = preview.texts.at(-1) ?? text;
+  const redacted = (sentAs.match(new RegExp(PLACEHOLDER.source, 'g')) ?? []).length;
+  return { role: 'user', content: text, sentAs, redacted };
+}
+
+/** The knowledge base's answer to `text`, with the passages it cites. */
+async function documentAnswer(key: string, knowledgeBase: string, text: string, model: string): Promise<Message> {
+  const res = await v1('/documents/query', key, { method: 'POST', json: { knowledge_base: knowledgeBase, query: text, model } });
+  const result = (await res.json()) as { answer: string | null; citations: Citation[] };
+  const leaf = res.headers.get('x-audit-leaf');
+  return { role: 'assistant', content: result.answer ?? t('chat.passagesOnly'), citations: result.citations, ...(leaf ? { leaf } : {}) };
+}
+
+/** Reads a streamed chat completion, calling `onAnswer` with the answer so far at each new piece of it. */
+async function streamAnswer(
+  body: ReadableStream<Uint8Array>,
+  onAnswer: (answer: string) => void,
+): Promise<{ answer: string; leaf: string | undefined; failed: string | null }> {
+  let answer = '';
+  let leaf: string | undefined;
+  let failed: string | null = null;
+  await readEvents(
+    body,
+    (data) => {
+      if (data === '[DONE]') return;
+      const chunk = JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }>; error?: { message: string } };
+      if (chunk.error) failed = chunk.error.message;
+      const piece = chunk.choices?.[0]?.delta?.content;
+      if (piece) {
+        answer += piece;
+        onAnswer(answer);
       }
-      const res = await v1('/chat/completions', key, {
-        method: 'POST',
-        json: { model, stream: true, max_tokens: 512, messages: history.map((m) => ({ role: m.role, content: m.content })) },
-      });
-      let answer = '';
-      let leaf: string | undefined;
-      let failed: string | null = null;
-      await readEvents(
-        res.body!,
-        (data) => {
-          if (data === '[DONE]') return;
-          const chunk = JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }>; error?: { message: string } };
-          if (chunk.error) failed = chunk.error.message;
-          const piece = chunk.choices?.[0]?.delta?.content;
-          if (piece) {
-            answer += piece;
-            setMessages([...history, { role: 'assistant', content: answer }]);
-          }
-        },
-        (comment) => {
-          const m = /^x-audit-leaf (\d+)$/.exec(comment);
-          if (m) leaf = m[1];
-        },
-      );
-      setMessages([...history, { role: 'assistant', content: answer, ...(leaf ? { leaf } : {}) }]);
-      if (failed) setError(failed);
-    } catch (err) {
-      setMessages(history);
-      setError(messageOf(err));
-    } finally {
-      setBusy(false);
-      input.current?.focus();
-    }
-  }
+    },
+    (comment) => {
+      const m = /^x-audit-leaf (\d+)$/.exec(comment);
+      if (m) leaf = m[1];
+    },
+  );
+  return { answer, leaf, failed };
+}
 
-  async function upload(event: Event) {
-    event.preventDefault();
-    const form = event.currentTarget as HTMLFormElement;
-    const file = (form.elements.namedItem('file') as HTMLInputElement).files?.[0];
-    if (!file || !key) return;
-    setError(null);
-    const body = new FormData();
-    body.set('knowledge_base', knowledgeBase);
-    body.set('file', file, file.name);
-    try {
-      const res = await v1('/documents', key, { method: 'POST', body });
-      const doc = (await res.json()) as { filename: string; chunks: number; redactions: Record<string, number> };
-      const redacted = Object.values(doc.redactions).reduce((a, n) => a + n, 0);
-      setUploads((list) => [...list, t('chat.uploaded', { name: doc.filename, chunks: doc.chunks, redacted })]);
-      setAskDocuments(true);
-      form.reset();
-    } catch (err) {
-      setError(messageOf(err));
-    }
-  }
+/** Speaking into the prompt: records while on, then has the transcriber write what was said into the prompt. */
+function useVoice(
+  key: string | null,
+  transcriber: string | null,
+  input: RefObject<HTMLTextAreaElement | null>,
+  setError: (error: string | null) => void,
+) {
+  const [recording, setRecording] = useState<MediaRecorder | null>(null);
+  const [voiceStatus, setVoiceStatus] = useState<string | null>(null);
 
   async function toggleRecording() {
     if (recording) {
@@ -221,111 +188,239 @@ export function ChatPage() {
     }
   }
 
+  return { recording, voiceStatus, toggleRecording };
+}
+
+export function ChatPage() {
+  const [messages, setMessages] = useState<Message[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  const { projects, project, setProject } = useProjects(setError);
+  const { key, models, model, setModel, transcriber } = useChatKey(project, setError);
+  const [busy, setBusy] = useState(false);
+  const [knowledgeBase, setKnowledgeBase] = useState('my-documents');
+  const [askDocuments, setAskDocuments] = useState(false);
+  const input = useRef<HTMLTextAreaElement>(null);
+  const { recording, voiceStatus, toggleRecording } = useVoice(key, transcriber, input, setError);
+
+  async function send(event: Event) {
+    event.preventDefault();
+    const text = input.current?.value.trim() ?? '';
+    if (!text || !key || !model || busy) return;
+    setError(null);
+    setBusy(true);
+    const history: Message[] = [...messages, { role: 'user', content: text }];
+    try {
+      history[history.length - 1] = await scrubbed(history, text);
+      setMessages([...history, { role: 'assistant', content: '' }]);
+      if (input.current) input.current.value = '';
+      if (askDocuments) {
+        setMessages([...history, await documentAnswer(key, knowledgeBase, text, model)]);
+        return;
+      }
+      const res = await v1('/chat/completions', key, {
+        method: 'POST',
+        json: { model, stream: true, max_tokens: 512, messages: history.map((m) => ({ role: m.role, content: m.content })) },
+      });
+      const { answer, leaf, failed } = await streamAnswer(res.body!, (soFar) =>
+        setMessages([...history, { role: 'assistant', content: soFar }]),
+      );
+      setMessages([...history, { role: 'assistant', content: answer, ...(leaf ? { leaf } : {}) }]);
+      if (failed) setError(failed);
+    } catch (err) {
+      setMessages(history);
+      setError(messageOf(err));
+    } finally {
+      setBusy(false);
+      input.current?.focus();
+    }
+  }
+
   return (
     <main id="main" class="chat">
       <h1>{t('chat.title')}</h1>
       <div class="row">
         <ProjectSelect projects={projects} project={project} onChange={setProject} testId="chat-project" />
-        <label>
-          {t('chat.model')}
-          <select value={model} onChange={(e) => setModel(e.currentTarget.value)} data-testid="model-select">
-            {models.map((id) => (
-              <option value={id} key={id}>
-                {id}
-              </option>
-            ))}
-          </select>
-        </label>
+        <ModelSelect models={models} model={model} onChange={setModel} />
       </div>
       {projects.length === 0 && <p>{t('chat.noProject')}</p>}
       {key && models.length === 0 && <p>{t('chat.noModels')}</p>}
-      <details class="documents">
-        <summary>{t('chat.documents')}</summary>
-        <form class="inline" onSubmit={(e) => void upload(e)} data-testid="upload-form">
-          <label>
-            {t('chat.knowledgeBase')}
-            <input
-              value={knowledgeBase}
-              onInput={(e) => setKnowledgeBase(e.currentTarget.value)}
-              required
-              pattern="[A-Za-z0-9._\-]{1,64}"
-              dir="ltr"
-            />
-          </label>
-          <label>
-            {t('chat.file')}
-            <input name="file" type="file" accept=".txt,.md,.markdown,.html,.htm,.pdf" required />
-          </label>
-          <button type="submit">{t('chat.upload')}</button>
-        </form>
-        <ul aria-live="polite" data-testid="uploads">
-          {uploads.map((u, i) => (
-            <li key={i}>{u}</li>
-          ))}
-        </ul>
-        <label class="check">
-          <input type="checkbox" checked={askDocuments} onChange={(e) => setAskDocuments(e.currentTarget.checked)} />
-          {t('chat.askDocuments', { name: knowledgeBase })}
-        </label>
-      </details>
-      <ol class="messages" aria-live="polite" data-testid="messages">
-        {messages.map((m, i) => (
-          <li class={`message ${m.role}`} key={i} data-role={m.role}>
-            <span class="who">{m.role === 'user' ? t('chat.you') : t('chat.assistant')}</span>
-            <p dir="auto">{m.content || (busy && i === messages.length - 1 ? '…' : '')}</p>
-            {m.sentAs !== undefined && m.redacted ? (
-              <p class="sent-as" dir="auto" data-testid="sent-as">
-                <span class="label">{t('chat.sentAs', { count: m.redacted })}</span> <Redacted text={m.sentAs} />
-              </p>
-            ) : null}
-            {m.citations && m.citations.length > 0 && (
-              <ol class="citations" data-testid="citations">
-                {m.citations.map((c) => (
-                  <li key={c.index} value={c.index} dir="auto">
-                    <strong dir="ltr">{`[${c.index}] ${c.filename ?? ''} §${c.chunk}`}</strong> <Redacted text={c.text.slice(0, 240)} />
-                  </li>
-                ))}
-              </ol>
-            )}
-            {m.leaf && <small class="leaf">{t('chat.auditLeaf', { leaf: m.leaf })}</small>}
-          </li>
-        ))}
-      </ol>
+      <Documents
+        chatKey={key}
+        knowledgeBase={knowledgeBase}
+        setKnowledgeBase={setKnowledgeBase}
+        askDocuments={askDocuments}
+        setAskDocuments={setAskDocuments}
+        setError={setError}
+      />
+      <MessageList messages={messages} busy={busy} />
       <ErrorNote error={error} />
-      <form onSubmit={(e) => void send(e)} class="composer">
-        <label for="prompt" class="visually-hidden">
-          {t('chat.prompt')}
-        </label>
-        <textarea
-          id="prompt"
-          ref={input}
-          dir="auto"
-          rows={3}
-          placeholder={t('chat.placeholder')}
-          onKeyDown={(e) => {
-            if (e.key === 'Enter' && !e.shiftKey) {
-              e.preventDefault();
-              (e.currentTarget.form as HTMLFormElement).requestSubmit();
-            }
-          }}
-        />
-        <button
-          type="button"
-          onClick={() => void toggleRecording()}
-          disabled={!transcriber}
-          aria-pressed={recording !== null}
-          title={transcriber ? undefined : t('chat.noTranscriber')}
-          data-testid="voice"
-        >
-          {recording ? t('chat.stop') : t('chat.speak')}
-        </button>
-        <button type="submit" class="primary" disabled={busy || !model}>
-          {t('chat.send')}
-        </button>
-      </form>
+      <Composer
+        inputRef={input}
+        onSend={(e) => void send(e)}
+        onToggleRecording={() => void toggleRecording()}
+        transcriber={transcriber}
+        recording={recording !== null}
+        sendDisabled={busy || !model}
+      />
       <p class="hint" role="status" data-testid="voice-status">
         {voiceStatus}
       </p>
     </main>
+  );
+}
+
+function ModelSelect(props: { models: string[]; model: string; onChange: (model: string) => void }) {
+  return (
+    <label>
+      {t('chat.model')}
+      <select value={props.model} onChange={(e) => props.onChange(e.currentTarget.value)} data-testid="model-select">
+        {props.models.map((id) => (
+          <option value={id} key={id}>
+            {id}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}
+
+/** The knowledge base the chat can ask: uploading documents into it, and whether the next question goes to it. */
+function Documents(props: {
+  chatKey: string | null;
+  knowledgeBase: string;
+  setKnowledgeBase: (name: string) => void;
+  askDocuments: boolean;
+  setAskDocuments: (ask: boolean) => void;
+  setError: (error: string | null) => void;
+}) {
+  const { knowledgeBase, setError } = props;
+  const [uploads, setUploads] = useState<string[]>([]);
+
+  async function upload(event: Event) {
+    event.preventDefault();
+    const form = event.currentTarget as HTMLFormElement;
+    const file = (form.elements.namedItem('file') as HTMLInputElement).files?.[0];
+    if (!file || !props.chatKey) return;
+    setError(null);
+    const body = new FormData();
+    body.set('knowledge_base', knowledgeBase);
+    body.set('file', file, file.name);
+    try {
+      const res = await v1('/documents', props.chatKey, { method: 'POST', body });
+      const doc = (await res.json()) as { filename: string; chunks: number; redactions: Record<string, number> };
+      const redacted = Object.values(doc.redactions).reduce((a, n) => a + n, 0);
+      setUploads((list) => [...list, t('chat.uploaded', { name: doc.filename, chunks: doc.chunks, redacted })]);
+      props.setAskDocuments(true);
+      form.reset();
+    } catch (err) {
+      setError(messageOf(err));
+    }
+  }
+
+  return (
+    <details class="documents">
+      <summary>{t('chat.documents')}</summary>
+      <form class="inline" onSubmit={(e) => void upload(e)} data-testid="upload-form">
+        <label>
+          {t('chat.knowledgeBase')}
+          <input
+            value={knowledgeBase}
+            onInput={(e) => props.setKnowledgeBase(e.currentTarget.value)}
+            required
+            pattern="[A-Za-z0-9._\-]{1,64}"
+            dir="ltr"
+          />
+        </label>
+        <label>
+          {t('chat.file')}
+          <input name="file" type="file" accept=".txt,.md,.markdown,.html,.htm,.pdf" required />
+        </label>
+        <button type="submit">{t('chat.upload')}</button>
+      </form>
+      <ul aria-live="polite" data-testid="uploads">
+        {uploads.map((u, i) => (
+          <li key={i}>{u}</li>
+        ))}
+      </ul>
+      <label class="check">
+        <input type="checkbox" checked={props.askDocuments} onChange={(e) => props.setAskDocuments(e.currentTarget.checked)} />
+        {t('chat.askDocuments', { name: knowledgeBase })}
+      </label>
+    </details>
+  );
+}
+
+/** The conversation: each user message as the model received it (redacted values marked), answers with their citations and audit leaf. */
+function MessageList(props: { messages: Message[]; busy: boolean }) {
+  const { messages, busy } = props;
+  return (
+    <ol class="messages" aria-live="polite" data-testid="messages">
+      {messages.map((m, i) => (
+        <li class={`message ${m.role}`} key={i} data-role={m.role}>
+          <span class="who">{m.role === 'user' ? t('chat.you') : t('chat.assistant')}</span>
+          <p dir="auto">{m.content || (busy && i === messages.length - 1 ? '…' : '')}</p>
+          {m.sentAs !== undefined && m.redacted ? (
+            <p class="sent-as" dir="auto" data-testid="sent-as">
+              <span class="label">{t('chat.sentAs', { count: m.redacted })}</span> <Redacted text={m.sentAs} />
+            </p>
+          ) : null}
+          {m.citations && m.citations.length > 0 && (
+            <ol class="citations" data-testid="citations">
+              {m.citations.map((c) => (
+                <li key={c.index} value={c.index} dir="auto">
+                  <strong dir="ltr">{`[${c.index}] ${c.filename ?? ''} §${c.chunk}`}</strong> <Redacted text={c.text.slice(0, 240)} />
+                </li>
+              ))}
+            </ol>
+          )}
+          {m.leaf && <small class="leaf">{t('chat.auditLeaf', { leaf: m.leaf })}</small>}
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+/** The prompt (Enter sends, Shift+Enter breaks the line), the voice button and the send button. */
+function Composer(props: {
+  inputRef: RefObject<HTMLTextAreaElement | null>;
+  onSend: (event: Event) => void;
+  onToggleRecording: () => void;
+  transcriber: string | null;
+  recording: boolean;
+  sendDisabled: boolean;
+}) {
+  const { transcriber } = props;
+  return (
+    <form onSubmit={props.onSend} class="composer">
+      <label for="prompt" class="visually-hidden">
+        {t('chat.prompt')}
+      </label>
+      <textarea
+        id="prompt"
+        ref={props.inputRef}
+        dir="auto"
+        rows={3}
+        placeholder={t('chat.placeholder')}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter' && !e.shiftKey) {
+            e.preventDefault();
+            (e.currentTarget.form as HTMLFormElement).requestSubmit();
+          }
+        }}
+      />
+      <button
+        type="button"
+        onClick={props.onToggleRecording}
+        disabled={!transcriber}
+        aria-pressed={props.recording}
+        title={transcriber ? undefined : t('chat.noTranscriber')}
+        data-testid="voice"
+      >
+        {props.recording ? t('chat.stop') : t('chat.speak')}
+      </button>
+      <button type="submit" class="primary" disabled={props.sendDisabled}>
+        {t('chat.send')}
+      </button>
+    </form>
   );
 }

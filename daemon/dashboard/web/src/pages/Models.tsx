@@ -49,63 +49,75 @@ export function ModelsPage() {
             </p>
           )}
           <h2>{t('models.served')}</h2>
-          <table data-testid="models-table">
-            <thead>
-              <tr>
-                <th scope="col">{t('models.id')}</th>
-                <th scope="col">{t('models.capability')}</th>
-                <th scope="col">{t('models.readiness')}</th>
-                <th scope="col">{t('models.listed')}</th>
-                <th scope="col">{t('models.where')}</th>
-                <th scope="col">{t('models.detail')}</th>
-              </tr>
-            </thead>
-            <tbody>
-              {health.models.map((m) => (
-                <tr key={m.id}>
-                  <td dir="ltr">{m.id}</td>
-                  <td>{t(`capability.${m.capability}` as MessageKey)}</td>
-                  <td>{t(`readiness.${m.readiness}` as MessageKey)}</td>
-                  <td>{listed.includes(m.id) ? t('common.yes') : t('common.no')}</td>
-                  <td data-testid={`where-${m.id}`}>
-                    {m.frontier ? (
-                      <strong class="non-sovereign">{t('models.frontier', { name: m.upstream ?? '' })}</strong>
-                    ) : m.upstream ? (
-                      t('models.upstream', { name: m.upstream })
-                    ) : (
-                      t('models.local')
-                    )}
-                  </td>
-                  <td dir="ltr">{m.detail ?? ''}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+          <ServedModels models={health.models} listed={listed} />
           <h2>{t('models.unavailable')}</h2>
-          {health.unavailable_models.length === 0 ? (
-            <p>{t('models.noneUnavailable')}</p>
-          ) : (
-            <table>
-              <thead>
-                <tr>
-                  <th scope="col">{t('models.id')}</th>
-                  <th scope="col">{t('models.state')}</th>
-                  <th scope="col">{t('models.reason')}</th>
-                </tr>
-              </thead>
-              <tbody>
-                {health.unavailable_models.map((m) => (
-                  <tr key={m.id}>
-                    <td dir="ltr">{m.id}</td>
-                    <td>{t(`state.${m.state}` as MessageKey)}</td>
-                    <td dir="ltr">{m.reason}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          )}
+          <UnavailableModels models={health.unavailable_models} />
         </>
       )}
     </main>
+  );
+}
+
+/** The models this deployment serves: readiness, whether /v1/models lists them, and where they run. */
+function ServedModels(props: { models: Health['models']; listed: string[] }) {
+  return (
+    <table data-testid="models-table">
+      <thead>
+        <tr>
+          <th scope="col">{t('models.id')}</th>
+          <th scope="col">{t('models.capability')}</th>
+          <th scope="col">{t('models.readiness')}</th>
+          <th scope="col">{t('models.listed')}</th>
+          <th scope="col">{t('models.where')}</th>
+          <th scope="col">{t('models.detail')}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.models.map((m) => (
+          <tr key={m.id}>
+            <td dir="ltr">{m.id}</td>
+            <td>{t(`capability.${m.capability}` as MessageKey)}</td>
+            <td>{t(`readiness.${m.readiness}` as MessageKey)}</td>
+            <td>{props.listed.includes(m.id) ? t('common.yes') : t('common.no')}</td>
+            <td data-testid={`where-${m.id}`}>
+              {m.frontier ? (
+                <strong class="non-sovereign">{t('models.frontier', { name: m.upstream ?? '' })}</strong>
+              ) : m.upstream ? (
+                t('models.upstream', { name: m.upstream })
+              ) : (
+                t('models.local')
+              )}
+            </td>
+            <td dir="ltr">{m.detail ?? ''}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** The manifest's models this deployment does not serve, and why. */
+function UnavailableModels(props: { models: Health['unavailable_models'] }) {
+  return props.models.length === 0 ? (
+    <p>{t('models.noneUnavailable')}</p>
+  ) : (
+    <table>
+      <thead>
+        <tr>
+          <th scope="col">{t('models.id')}</th>
+          <th scope="col">{t('models.state')}</th>
+          <th scope="col">{t('models.reason')}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.models.map((m) => (
+          <tr key={m.id}>
+            <td dir="ltr">{m.id}</td>
+            <td>{t(`state.${m.state}` as MessageKey)}</td>
+            <td dir="ltr">{m.reason}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
   );
 }
