@@ -28,9 +28,9 @@ export function loggerOptions(level: LogLevel): FastifyServerOptions['logger'] {
  * or false for a logger that logs nothing.
  */
 export function createLogger(options: FastifyServerOptions['logger']): FastifyBaseLogger {
-  if (!options || options === true) return pino({ level: options ? 'info' : 'silent' }) as unknown as FastifyBaseLogger;
+  if (!options || options === true) return pino({ level: options ? 'info' : 'silent' });
   const { stream, ...rest } = options as LoggerOptions & { stream?: DestinationStream };
-  return pino(rest, stream) as unknown as FastifyBaseLogger;
+  return pino(rest, stream);
 }
 
 type Bindings = Parameters<FastifyBaseLogger['child']>[0];
