@@ -2,16 +2,7 @@
 // the same extraction as everywhere else (extractText), and answers with its text or why it could not be read.
 import { parentPort, workerData } from 'node:worker_threads';
 import { capBuffers, OVER_MEMORY_EXIT } from './memory-budget.js';
-
-export type PdfReply =
-  | { kind: 'ready' }
-  | { kind: 'text'; text: string; /** Heap and buffers the thread holds afterwards. */ memoryBytes: number }
-  | { kind: 'refused'; message: string; memoryBytes: number }
-  | { kind: 'failed'; message: string };
-
-export interface PdfThreadData {
-  bufferBytes: number;
-}
+import type { PdfReply, PdfThreadData } from './pdf-messages.js';
 
 const port = parentPort;
 if (!port) throw new Error('pdf-thread.js runs as a worker thread (see pdf-workers.ts), not on its own');

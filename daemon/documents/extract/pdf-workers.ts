@@ -14,7 +14,7 @@ import { Slots } from '../../engines/slots.js';
 import { ApiError } from '../../errors/index.js';
 import { ExtractionError } from './extraction-error.js';
 import { OVER_MEMORY_EXIT } from './memory-budget.js';
-import type { PdfReply, PdfThreadData } from './pdf-thread.js';
+import type { PdfReply, PdfThreadData } from './pdf-messages.js';
 
 export interface PdfBudget {
   /** Documents read at once, each in a worker of its own; 0: from the core count (defaultPdfWorkers). */
