@@ -1,9 +1,7 @@
 import type { Transcript } from '../speech/formats.js';
-import type { StopSignal } from './stop.js';
 
 // The interface every engine adapter implements (llama.cpp, whisper.cpp, OpenAI-compatible upstreams). Every call
 // takes an AbortSignal: a client that goes away stops the work it started.
-export { abortSignalOf, StopCallOptions, StopSignal, type AnyStopSignal } from './stop.js';
 
 export interface ChatMessage {
   role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
@@ -52,13 +50,8 @@ export interface ChatResult {
 export interface ChatCallOptions {
   /** Receives each piece of content as it is produced (for streaming). */
   onText: (text: string) => void;
-  /** Aborts the work when the client goes away. */
+  /** Aborts the work when the client goes away (or, streamed, when the answer cannot be scrubbed). */
   signal: AbortSignal;
-  /**
-   * The same stop as `signal`, cheaper to watch (an EventEmitter undici accepts). When the HTTP layer gives one,
-   * `signal` is made from it only if an engine reads it.
-   */
-  stop?: StopSignal;
   /** The client asked for a stream: an engine that can answer either way (an upstream) picks the matching one. */
   stream?: boolean;
   /** Receives the tokens used when the call ends, whether it finished, failed or was aborted. */

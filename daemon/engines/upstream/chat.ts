@@ -130,14 +130,13 @@ export class UpstreamChatEngine implements ChatEngine {
     let usage: Usage | null = null;
     /** The upstream took the call (a 200 arrived): only then may it have used tokens. */
     let taken = false;
-    // The cheaper stop when the HTTP layer gives one: reading `options.signal` would make an AbortSignal.
-    const stop = options.stop ?? options.signal;
+    const { signal } = options;
     try {
       const result = await this.calls.track(modelId, () =>
         callUpstream(
           call,
-          stop,
-          () => route.client.post('/chat/completions', body, stop),
+          signal,
+          () => route.client.post('/chat/completions', body, signal),
           async (response) => {
             taken = true;
             options.onStart?.();
