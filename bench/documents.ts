@@ -639,7 +639,7 @@ try {
   );
 } finally {
   await store?.close();
-  await engine?.dispose();
+  await engine?.close();
   rmSync(work, { recursive: true, force: true });
 }
 process.exit(0);

@@ -9,6 +9,7 @@ import { startStandInApp } from './helpers/app.js';
 t.test('the chat route hands engines plain options with an AbortSignal, buffered and streamed', async (t) => {
   const seen: ChatCallOptions[] = [];
   const recorder: ChatEngine = {
+    async close() {},
     async chat(_model, _req, options) {
       seen.push(options);
       const usage = { promptTokens: 1, completionTokens: 1 };

@@ -162,6 +162,7 @@ export async function startDaemon(
     images.close();
     await limitStore.close();
     await upstreams?.close();
+    await engines.close();
     await events.close();
     await audit?.close();
     egress.close();
@@ -235,6 +236,7 @@ export async function startDaemon(
         }
         await upstreams.close();
         await models.dispose();
+        await engines.close();
         await documentsOpened;
         await documents.close();
         await stopScrubWorker();

@@ -33,7 +33,7 @@ export async function startStandInApp(
   keys.createProject('p');
   const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
   const registry = new EngineRegistry();
-  for (const [id, { engine }] of Object.entries(engines)) registry.setChat(id, engine);
+  for (const [id, { engine }] of Object.entries(engines)) registry.set('chat', id, engine);
   const deps: PipelineDeps = {
     config,
     keys,

@@ -28,7 +28,7 @@ import type {
   EmbeddingResult,
   EmbedOptions,
   ToolCall,
-} from '../index.js';
+} from '../types.js';
 import { Slots } from '../slots.js';
 import { toHistory } from './history.js';
 
@@ -114,7 +114,8 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     }
   }
 
-  async dispose(): Promise<void> {
+  /** Frees every model's context and weights; a call after it gets model_not_ready. */
+  async close(): Promise<void> {
     const hosts = [...this.hosts.values()];
     this.hosts.clear();
     for (const host of hosts) {

@@ -5,8 +5,8 @@
 // shape and our model id.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
-import { CallsInFlight, routeOf } from './calls.js';
+import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../types.js';
+import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
 import { readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
@@ -159,6 +159,10 @@ export class UpstreamChatEngine implements ChatEngine {
 
   queueState(modelId: string): QueueState | undefined {
     return this.calls.queueState(modelId);
+  }
+
+  close(): Promise<void> {
+    return closeClients(this.routes);
   }
 
   private fromCompletion(completion: Completion, request: ChatRequest): ChatResult {

@@ -191,7 +191,10 @@ export class UpstreamClient {
     }
   }
 
-  async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.probes.close()]);
+  private closing: Promise<void> | null = null;
+
+  /** Closes both pools once their calls are done; later calls are refused. Safe to call again (the same promise). */
+  close(): Promise<void> {
+    return (this.closing ??= Promise.all([this.pool.close(), this.probes.close()]).then(() => {}));
   }
 }

@@ -122,7 +122,7 @@ function usageObject(result: ChatResult) {
 
 function engineFor(deps: PipelineDeps, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
   const modelId = request.call.model!.id;
-  const engine = deps.engines.chat(modelId);
+  const engine = deps.engines.get('chat', modelId);
   if (!engine)
     throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, {
       headers: { 'retry-after': '5' },
