@@ -674,7 +674,7 @@ try {
   );
 } finally {
   await store?.close();
-  await engine?.dispose();
+  await engine?.close();
   rmSync(work, { recursive: true, force: true });
 }
 process.exit(0);

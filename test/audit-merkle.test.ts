@@ -527,6 +527,7 @@ t.test('journal files in a former directory the log does not remember (the daemo
 t.test("the daemon's journal is where audit.journalDir says (here from SOVEREIGN_AUDIT_JOURNAL_DIR)", async (t) => {
   const dir = join(tempDir(t), 'journal');
   const echo: ChatEngine = {
+    async close() {},
     async chat(_model, req) {
       const usage = { promptTokens: 1, completionTokens: 1 };
       return { content: req.messages.at(-1)?.content ?? '', toolCalls: [], finishReason: 'stop', usage };

@@ -8,6 +8,7 @@ import { fill, smallDisk, smallDiskUnavailable } from './helpers/small-disk.js';
 
 const ANSWER = 'the answer that must not leave unlogged';
 const speaker: ChatEngine = {
+  async close() {},
   async chat(_model, _req, { onText, onUsage }) {
     onText(ANSWER);
     const usage = { promptTokens: 1, completionTokens: 1 };
@@ -59,6 +60,7 @@ t.test('a stream whose end the log cannot record ends with an audit_unavailable 
   let release = () => {};
   const released = new Promise<void>((resolve) => (release = resolve));
   const waiting: ChatEngine = {
+    async close() {},
     async chat(_model, _req, { onText, onUsage }) {
       onText('first ');
       await released;
@@ -137,12 +139,14 @@ async function piecesOf(res: Response): Promise<Array<{ at: number; text: string
 t.test("a stream's last events wait for its entry and leave with [DONE]; its text does not", async (t) => {
   // Tools: an engine that never says it started and never streams text, only returns a tool call.
   const caller: ChatEngine = {
+    async close() {},
     async chat() {
       const usage = { promptTokens: 1, completionTokens: 1 };
       return { content: '', toolCalls: [{ id: 'call_1', name: 'look', arguments: '{}' }], finishReason: 'tool_calls', usage };
     },
   };
   const failing: ChatEngine = {
+    async close() {},
     async chat(_model, _req, { onText }) {
       onText(ANSWER);
       throw new Error('the engine broke');

@@ -23,6 +23,7 @@ const script: { pieces: string[]; toolCalls: ToolCall[]; pauseAfter?: number; re
 let seenPrompt = '';
 
 const teller: ChatEngine = {
+  async close() {},
   async chat(_model, req, { onText, onUsage }) {
     seenPrompt = req.messages.map((m) => m.content).join('\n');
     for (const [i, piece] of script.pieces.entries()) {

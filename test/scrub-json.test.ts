@@ -128,6 +128,7 @@ t.test('property: random JSON with values written with random escapes, cut into 
 let answer: { content: string; toolCalls: ToolCall[] } = { content: '', toolCalls: [] };
 let seen: ChatRequest | null = null;
 const engine: ChatEngine = {
+  async close() {},
   async chat(_model, request, { onText, onUsage }) {
     seen = request;
     for (const piece of answer.content.match(/[\s\S]{1,5}/g) ?? []) {

@@ -10,6 +10,7 @@ import { request } from './helpers/http.js';
 
 /** Replies with the last user message, one word per piece, and counts words as tokens. */
 const scripted: ChatEngine = {
+  async close() {},
   async chat(_model, req, { onText, signal, onUsage }) {
     const words = (req.messages.at(-1)?.content ?? '').split(' ');
     for (const [i, w] of words.entries()) {
@@ -28,6 +29,7 @@ let slowWords = 0;
 
 /** Emits a word every 5 ms until aborted or `maxTokens` words; reports usage however it ends. */
 const slow: ChatEngine = {
+  async close() {},
   async chat(_model, req, { onText, signal, onUsage }) {
     let words = 0;
     slowWords = 0;
@@ -174,6 +176,7 @@ let gateOpened: boolean | null = null;
 
 /** Hands on three pieces in one turn (an IBAN cut between two of them), then, once let through, two in another. */
 const burst: ChatEngine = {
+  async close() {},
   async chat(_model, _req, { onText, onUsage }) {
     onText('IBAN SA03 8000 ');
     onText('0000 6080 1016 7519');

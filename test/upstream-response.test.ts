@@ -7,7 +7,6 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { Pool } from 'undici';
-import { StopSignal } from '../daemon/engines/stop.js';
 import { dispatch } from '../daemon/engines/upstream/response.js';
 
 const closed: string[] = [];
@@ -58,7 +57,7 @@ t.teardown(async () => {
   server.close();
 });
 
-const get = (path: string, signal?: StopSignal | AbortSignal) => dispatch(pool, { method: 'GET', path }, signal);
+const get = (path: string, signal?: AbortSignal) => dispatch(pool, { method: 'GET', path }, signal);
 const text = async (path: string) => {
   const response = await get(path);
   const pieces: Buffer[] = [];
@@ -94,25 +93,25 @@ t.test('a reader that comes after a megabyte has arrived gets every byte, in ord
 });
 
 t.test('an abort before the answer rejects with the signal’s reason and closes the connection', async (t) => {
-  const stop = new StopSignal();
+  const stop = new AbortController();
   const reason = new Error('the client went away');
   setTimeout(() => stop.abort(reason), 100);
   const started = Date.now();
-  const err = await get('/slow-headers', stop).catch((e: unknown) => e);
+  const err = await get('/slow-headers', stop.signal).catch((e: unknown) => e);
   t.equal(err, reason);
   t.ok(Date.now() - started < 1000, 'at once, not when the server answers');
   await new Promise((r) => setTimeout(r, 100));
   t.ok(closed.includes('/slow-headers'), 'the server saw the connection close');
   const timeout = await get('/slow-headers', AbortSignal.timeout(50)).catch((e: unknown) => e);
   t.equal((timeout as Error).name, 'TimeoutError', 'an AbortSignal’s reason too');
-  const already = new StopSignal();
+  const already = new AbortController();
   already.abort(reason);
-  t.equal(await get('/small', already).catch((e: unknown) => e), reason, 'an abort that came first sends nothing');
+  t.equal(await get('/small', already.signal).catch((e: unknown) => e), reason, 'an abort that came first sends nothing');
 });
 
 t.test('an abort during the answer rejects its reader', async (t) => {
-  const stop = new StopSignal();
-  const response = await get('/half', stop);
+  const stop = new AbortController();
+  const response = await get('/half', stop.signal);
   const seen: string[] = [];
   const reading = response.each((p) => seen.push(p.toString()));
   setTimeout(() => stop.abort(new Error('stopped')), 100);
@@ -146,8 +145,8 @@ t.test('a body thrown away leaves the connection usable; a body is read once', a
 });
 
 t.test('an abort while held pieces are handed over ends the reading at once', async (t) => {
-  const stop = new StopSignal();
-  const response = await get('/big', stop);
+  const stop = new AbortController();
+  const response = await get('/big', stop.signal);
   await new Promise((r) => setTimeout(r, 300));
   let seen = 0;
   const err = await response
@@ -171,23 +170,19 @@ t.test('a body thrown away is read to 128 KB at most, then its connection is clo
 });
 
 t.test('no abort listener is left on a signal once its call is over, however it ended', async (t) => {
-  const count = (signal: StopSignal | AbortSignal) =>
-    signal instanceof StopSignal ? signal.listenerCount('abort') : getEventListeners(signal, 'abort').length;
-  const done = new StopSignal();
-  await (await get('/small', done)).dump();
-  t.equal(count(done), 0, 'read to its end');
-  const controller = new AbortController();
-  await (await get('/small', controller.signal)).dump();
-  t.equal(count(controller.signal), 0, 'an AbortSignal too');
-  const refused = new StopSignal();
-  const waiting = get('/slow-headers', refused).catch(() => {});
-  t.equal(count(refused), 1, 'while its call waits');
+  const count = (signal: AbortSignal) => getEventListeners(signal, 'abort').length;
+  const done = new AbortController();
+  await (await get('/small', done.signal)).dump();
+  t.equal(count(done.signal), 0, 'read to its end');
+  const refused = new AbortController();
+  const waiting = get('/slow-headers', refused.signal).catch(() => {});
+  t.equal(count(refused.signal), 1, 'while its call waits');
   refused.abort(new Error('gone'));
   await waiting;
-  t.equal(count(refused), 0, 'aborted before its answer');
-  const cut = new StopSignal();
-  const reading = (await get('/half', cut)).each(() => {});
+  t.equal(count(refused.signal), 0, 'aborted before its answer');
+  const cut = new AbortController();
+  const reading = (await get('/half', cut.signal)).each(() => {});
   cut.abort(new Error('cut'));
   await reading.catch(() => {});
-  t.equal(count(cut), 0, 'aborted during its answer');
+  t.equal(count(cut.signal), 0, 'aborted during its answer');
 });

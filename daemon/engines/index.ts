@@ -1,195 +1,25 @@
-import type { Transcript } from '../speech/formats.js';
-import type { StopSignal } from './stop.js';
-
-// The interface every engine adapter implements (llama.cpp, whisper.cpp, OpenAI-compatible upstreams). Every call
-// takes an AbortSignal: a client that goes away stops the work it started.
-export { abortSignalOf, StopCallOptions, StopSignal, type AnyStopSignal } from './stop.js';
-
-export interface ChatMessage {
-  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
-  content: string;
-  name?: string;
-  toolCallId?: string;
-  toolCalls?: ToolCall[];
-}
-
-export interface ToolCall {
-  id: string;
-  name: string;
-  arguments: string;
-}
-
-export interface ToolDefinition {
-  name: string;
-  description?: string;
-  parameters?: Record<string, unknown>;
-}
-
-export interface ChatRequest {
-  messages: ChatMessage[];
-  temperature?: number;
-  topP?: number;
-  maxTokens?: number;
-  stop?: string[];
-  seed?: number;
-  responseFormat?: { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; schema: Record<string, unknown> };
-  tools?: ToolDefinition[];
-  toolChoice?: 'none' | 'auto' | 'required' | { name: string };
-}
-
-export interface Usage {
-  promptTokens: number;
-  completionTokens: number;
-}
-
-export interface ChatResult {
-  content: string;
-  toolCalls: ToolCall[];
-  finishReason: 'stop' | 'length' | 'tool_calls' | 'content_filter';
-  usage: Usage;
-}
-
-export interface ChatCallOptions {
-  /** Receives each piece of content as it is produced (for streaming). */
-  onText: (text: string) => void;
-  /** Aborts the work when the client goes away. */
-  signal: AbortSignal;
-  /**
-   * The same stop as `signal`, cheaper to watch (an EventEmitter undici accepts). When the HTTP layer gives one,
-   * `signal` is made from it only if an engine reads it.
-   */
-  stop?: StopSignal;
-  /** The client asked for a stream: an engine that can answer either way (an upstream) picks the matching one. */
-  stream?: boolean;
-  /** Receives the tokens used when the call ends, whether it finished, failed or was aborted. */
-  onUsage?: (usage: Usage) => void;
-  /**
-   * Called once the call holds its place and its input has been checked, just before generation. Until then the call
-   * may still be refused (queue full, bad input), so a streamed response must not commit to a 200 before it.
-   */
-  onStart?: () => void;
-}
-
-/** Calls running and waiting for one model: what health reports as its load. */
-export interface QueueState {
-  busy: number;
-  waiting: number;
-}
-
-export interface ChatEngine {
-  chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult>;
-  queueState?(modelId: string): QueueState | undefined;
-}
-
-export interface EmbeddingResult {
-  vectors: Float32Array[];
-  promptTokens: number;
-}
-
-export interface EmbedOptions {
-  /** Embed only the first tokens of an input longer than the model takes, instead of refusing it. */
-  truncate?: boolean;
-}
-
-export interface EmbeddingEngine {
-  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, options?: EmbedOptions): Promise<EmbeddingResult>;
-  /** Output width of the model, and whether `dimensions` may shorten it. */
-  dimensions(modelId: string): { size: number; shortenable: boolean };
-  /**
-   * The text a token array stands for, in the model's own vocabulary, so that it can be scrubbed like text; absent
-   * where the engine does not know the vocabulary (an upstream's).
-   */
-  detokenize?(modelId: string, tokens: number[]): string;
-  queueState?(modelId: string): QueueState | undefined;
-}
-
-export interface TranscriptionRequest {
-  /** 'ar', 'en', or null to detect. */
-  language: string | null;
-  prompt?: string;
-  temperature?: number;
-  /** Word timings asked for (timestamp_granularities includes "word"). */
-  words: boolean;
-}
-
-export interface TranscriptionEngine {
-  /** Transcribes 16 kHz mono s16le windows, in order, into one transcript. */
-  transcribe(modelId: string, windows: AsyncIterable<ArrayBuffer>, request: TranscriptionRequest, signal: AbortSignal): Promise<Transcript>;
-  queueState?(modelId: string): QueueState | undefined;
-}
-
-export interface ImageRequest {
-  /** Already scrubbed. */
-  prompt: string;
-  n: number;
-  /** "WIDTHxHEIGHT" as the client asked, or null to let the engine choose ("auto"). */
-  size: string | null;
-  quality?: string;
-  style?: string;
-  background?: string;
-}
-
-export interface ImageResult {
-  /** The engine's images as it made them (any format sharp reads); the route normalises them. */
-  images: Buffer[];
-  /** Prompt tokens, when the engine reports them. */
-  promptTokens: number | null;
-  /** Generated (image) tokens, when the engine reports them. */
-  completionTokens: number | null;
-  /** The prompt as the engine rewrote it, per image, when it did (OpenAI's revised_prompt); not scrubbed yet. */
-  revisedPrompts: Array<string | null>;
-}
-
-export interface ImageEngine {
-  generate(modelId: string, request: ImageRequest, signal: AbortSignal): Promise<ImageResult>;
-  queueState?(modelId: string): QueueState | undefined;
-}
-
-/** Which engine serves each model id. */
-export class EngineRegistry {
-  private readonly chatEngines = new Map<string, ChatEngine>();
-  private readonly embeddingEngines = new Map<string, EmbeddingEngine>();
-  private readonly transcriptionEngines = new Map<string, TranscriptionEngine>();
-  private readonly imageEngines = new Map<string, ImageEngine>();
-
-  setImage(modelId: string, engine: ImageEngine): void {
-    this.imageEngines.set(modelId, engine);
-  }
-
-  image(modelId: string): ImageEngine | undefined {
-    return this.imageEngines.get(modelId);
-  }
-
-  setTranscription(modelId: string, engine: TranscriptionEngine): void {
-    this.transcriptionEngines.set(modelId, engine);
-  }
-
-  transcription(modelId: string): TranscriptionEngine | undefined {
-    return this.transcriptionEngines.get(modelId);
-  }
-
-  setChat(modelId: string, engine: ChatEngine): void {
-    this.chatEngines.set(modelId, engine);
-  }
-
-  setEmbeddings(modelId: string, engine: EmbeddingEngine): void {
-    this.embeddingEngines.set(modelId, engine);
-  }
-
-  chat(modelId: string): ChatEngine | undefined {
-    return this.chatEngines.get(modelId);
-  }
-
-  embeddings(modelId: string): EmbeddingEngine | undefined {
-    return this.embeddingEngines.get(modelId);
-  }
-
-  queueState(modelId: string): QueueState | undefined {
-    const engine =
-      this.chatEngines.get(modelId) ??
-      this.embeddingEngines.get(modelId) ??
-      this.transcriptionEngines.get(modelId) ??
-      this.imageEngines.get(modelId);
-    return engine?.queueState?.(modelId);
-  }
-}
+// The engines' public surface: the vocabulary of a call and of each engine kind, and the registry that routes model
+// ids to engines. The engines themselves are imported from their own folders (llama/, whisper/, upstream/): the
+// native ones load only when a model needs them. Nothing inside engines/ imports this file.
+export type {
+  ChatCallOptions,
+  ChatEngine,
+  ChatMessage,
+  ChatRequest,
+  ChatResult,
+  EmbeddingEngine,
+  EmbeddingResult,
+  EmbedOptions,
+  Engine,
+  EngineOf,
+  ImageEngine,
+  ImageRequest,
+  ImageResult,
+  QueueState,
+  ToolCall,
+  ToolDefinition,
+  TranscriptionEngine,
+  TranscriptionRequest,
+  Usage,
+} from './types.js';
+export { EngineRegistry } from './registry.js';

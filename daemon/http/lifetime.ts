@@ -4,7 +4,6 @@
 // call on that socket, so a deep pipeline does not pile up listeners.
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { StopSignal } from '../engines/index.js';
 
 const callbacksBySocket = new WeakMap<Socket, Set<() => void>>();
 
@@ -75,16 +74,11 @@ export function onCallEnd(request: FastifyRequest, reply: FastifyReply, callback
   else queueMicrotask(end);
 }
 
-/** A stop signal that fires when the client goes away before the response is complete. */
-export function stopOnDisconnect(request: FastifyRequest, reply: FastifyReply): StopSignal {
-  const stop = new StopSignal();
-  onCallEnd(request, reply, (finished) => {
-    if (!finished) stop.abort(new Error('client disconnected'));
-  });
-  return stop;
-}
-
-/** The same as an AbortSignal, for engines that take only that. */
+/** An AbortSignal that aborts when the client goes away before the response is complete. */
 export function abortOnDisconnect(request: FastifyRequest, reply: FastifyReply): AbortSignal {
-  return stopOnDisconnect(request, reply).signal;
+  const controller = new AbortController();
+  onCallEnd(request, reply, (finished) => {
+    if (!finished) controller.abort(new Error('client disconnected'));
+  });
+  return controller.signal;
 }

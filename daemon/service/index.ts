@@ -157,6 +157,7 @@ export async function startDaemon(
     images.close();
     await limitStore.close();
     await upstreams?.close();
+    await engines.close();
     await events.close();
     await audit?.close();
     egress.close();
@@ -203,6 +204,7 @@ export async function startDaemon(
         const outcome = await drain(app, config.timeouts.shutdownGraceMs, log);
         await upstreams.close();
         await models.dispose();
+        await engines.close();
         await documentsOpened;
         await documents.close();
         await stopScrubWorker();

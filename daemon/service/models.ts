@@ -146,7 +146,7 @@ export function startModels(options: {
         const engine = await whisperEngine();
         await engine.load(entry, source);
         if (disposed || (await changedWhileLoading())) return;
-        engines.setTranscription(entry.id, engine);
+        engines.set('transcription', entry.id, engine);
         catalog.update(entry.id, { readiness: 'ready' });
         log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
         return;
@@ -154,8 +154,8 @@ export function startModels(options: {
       const llamaCpp = await llamaEngine();
       await llamaCpp.load(entry, source);
       if (disposed || (await changedWhileLoading())) return;
-      if (entry.capability === 'chat') engines.setChat(entry.id, llamaCpp);
-      else engines.setEmbeddings(entry.id, llamaCpp);
+      if (entry.capability === 'chat') engines.set('chat', entry.id, llamaCpp);
+      else engines.set('embeddings', entry.id, llamaCpp);
       catalog.update(entry.id, { readiness: 'ready' });
       log.info({ model: entry.id, ms: Date.now() - started }, 'model ready');
     } catch (err) {
@@ -367,8 +367,10 @@ export function startModels(options: {
       disposed = true;
       await settled;
       await watcher?.close();
-      await (await engine)?.dispose();
-      await (await whisperCpp)?.dispose();
+      // Its engines stop before the files close; and here, not only through the registry: a load that ended after
+      // the shutdown began left its model in an engine that may serve no routed model.
+      await (await engine)?.close();
+      await (await whisperCpp)?.close();
       await Promise.all(handles.map((h) => h.close()));
     },
   };

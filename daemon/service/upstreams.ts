@@ -28,6 +28,7 @@ export interface UpstreamsRuntime {
   checked: Promise<void>;
   /** Each upstream's state, for /v1/health. */
   health(): UpstreamHealth[];
+  /** Stops the health checks and the width learning. The engines, which hold the connections, stop through the registry. */
   close(): Promise<void>;
 }
 
@@ -94,16 +95,16 @@ export function startUpstreams(options: {
       const route = { client, upstreamModel: model.upstreamModel ?? model.id };
       if (model.capability === 'chat') {
         chatRoutes.set(model.id, route);
-        engines.setChat(model.id, chat);
+        engines.set('chat', model.id, chat);
       } else if (model.capability === 'embeddings') {
         embeddingRoutes.set(model.id, { ...route, shortenable: model.shortenable ?? false });
-        engines.setEmbeddings(model.id, embeddings);
+        engines.set('embeddings', model.id, embeddings);
       } else if (model.capability === 'transcription') {
         transcriptionRoutes.set(model.id, route);
-        engines.setTranscription(model.id, transcription);
+        engines.set('transcription', model.id, transcription);
       } else {
         imageRoutes.set(model.id, route);
-        engines.setImage(model.id, images);
+        engines.set('image', model.id, images);
       }
       catalog.set({
         id: model.id,
@@ -148,7 +149,6 @@ export function startUpstreams(options: {
     async close() {
       closing.abort();
       for (const monitor of monitors) monitor.stop();
-      await Promise.all(clients.map((c) => c.close()));
     },
   };
 }

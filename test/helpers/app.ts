@@ -42,7 +42,7 @@ export async function startStandInApp(
   keys.createProject('p');
   const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
   const registry = new EngineRegistry();
-  for (const [id, { engine }] of Object.entries(engines)) registry.setChat(id, engine);
+  for (const [id, { engine }] of Object.entries(engines)) registry.set('chat', id, engine);
   const audit = await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, log);
   const usage = new UsageMeter(store, () => {}, config.usage.billingDays);
   const images = new ImageFiles(join(dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);

@@ -28,7 +28,8 @@ import type {
   EmbeddingResult,
   EmbedOptions,
   ToolCall,
-} from '../index.js';
+  Usage,
+} from '../types.js';
 import { Slots } from '../slots.js';
 import { toHistory } from './history.js';
 
@@ -114,7 +115,8 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     }
   }
 
-  async dispose(): Promise<void> {
+  /** Frees every model's context and weights; a call after it gets model_not_ready. */
+  async close(): Promise<void> {
     const hosts = [...this.hosts.values()];
     this.hosts.clear();
     for (const host of hosts) {
@@ -173,34 +175,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           if (chunk.type === undefined && !forcedTool && chunk.text) onText(chunk.text);
         },
       });
-      const usage = usageOf(sequence);
-      const cutOff = response.metadata.stopReason === 'maxTokens';
-      if (forcedTool) {
-        if (cutOff) {
-          // max_tokens ended the call mid-way: return what was generated, as OpenAI does, marked 'length'.
-          const name = /"name"\s*:\s*"([^"]*)"/.exec(response.response)?.[1] ?? '';
-          const args = /"arguments"\s*:\s*([\s\S]*)$/.exec(response.response)?.[1] ?? '';
-          return { content: '', toolCalls: [{ id: newCallId(), name, arguments: args }], finishReason: 'length', usage };
-        }
-        const call = toolGrammar!.parse(response.response) as unknown as { name: string; arguments: unknown };
-        return {
-          content: '',
-          toolCalls: [{ id: newCallId(), name: call.name, arguments: JSON.stringify(call.arguments) }],
-          finishReason: 'tool_calls',
-          usage,
-        };
-      }
-      const toolCalls: ToolCall[] = (response.functionCalls ?? []).map((c) => ({
-        id: newCallId(),
-        name: c.functionName,
-        arguments: JSON.stringify(c.params ?? {}),
-      }));
-      return {
-        content: response.response,
-        toolCalls,
-        finishReason: toolCalls.length ? 'tool_calls' : cutOff ? 'length' : 'stop',
-        usage,
-      };
+      return resultOf(response, usageOf(sequence), toolGrammar);
     } finally {
       try {
         if (sequence) onUsage?.(usageOf(sequence));
@@ -358,12 +333,47 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
   }
 }
 
+/** What generation produced, as the call's result. `toolGrammar`: the grammar that forced a tool call, if one did. */
+function resultOf(
+  response: { response: string; functionCalls?: Array<{ functionName: string; params?: unknown }>; metadata: { stopReason: string } },
+  usage: Usage,
+  toolGrammar: LlamaJsonSchemaGrammar<GbnfJsonSchema> | undefined,
+): ChatResult {
+  const cutOff = response.metadata.stopReason === 'maxTokens';
+  if (toolGrammar) {
+    if (cutOff) {
+      // max_tokens ended the call mid-way: return what was generated, as OpenAI does, marked 'length'.
+      const name = /"name"\s*:\s*"([^"]*)"/.exec(response.response)?.[1] ?? '';
+      const args = /"arguments"\s*:\s*([\s\S]*)$/.exec(response.response)?.[1] ?? '';
+      return { content: '', toolCalls: [{ id: newCallId(), name, arguments: args }], finishReason: 'length', usage };
+    }
+    const call = toolGrammar.parse(response.response) as unknown as { name: string; arguments: unknown };
+    return {
+      content: '',
+      toolCalls: [{ id: newCallId(), name: call.name, arguments: JSON.stringify(call.arguments) }],
+      finishReason: 'tool_calls',
+      usage,
+    };
+  }
+  const toolCalls: ToolCall[] = (response.functionCalls ?? []).map((c) => ({
+    id: newCallId(),
+    name: c.functionName,
+    arguments: JSON.stringify(c.params ?? {}),
+  }));
+  return {
+    content: response.response,
+    toolCalls,
+    finishReason: toolCalls.length ? 'tool_calls' : cutOff ? 'length' : 'stop',
+    usage,
+  };
+}
+
 /**
  * Tokens a call used, from its sequence's meter. llama.cpp evaluates the prompt's last token in the same step that
  * yields the first generated token, and never evaluates the last generated one; the meter counts that step as
  * output, so the prompt is the input count plus one and the completion is the output count.
  */
-function usageOf(sequence: LlamaContextSequence): { promptTokens: number; completionTokens: number } {
+function usageOf(sequence: LlamaContextSequence): Usage {
   const meter = sequence.tokenMeter.getState();
   return { promptTokens: meter.usedInputTokens + (meter.usedOutputTokens > 0 ? 1 : 0), completionTokens: meter.usedOutputTokens };
 }

@@ -1,7 +1,7 @@
 // OpenAI messages → node-llama-cpp chat history. The model's own chat template (from the GGUF) then renders it.
 import type { ChatHistoryItem, ChatModelFunctionCall } from 'node-llama-cpp';
 import { ApiError } from '../../errors/index.js';
-import type { ChatMessage } from '../index.js';
+import type { ChatMessage } from '../types.js';
 
 function parseArguments(raw: string, where: string): unknown {
   try {

@@ -1,8 +1,9 @@
 // What every upstream engine (chat, embeddings, transcription, images) does around a call: find the model's route,
 // and count the calls in flight per model, which health reports as `busy` (an upstream queues on its own side, so
-// nothing waits here).
+// nothing waits here). And how each stops: by closing the clients its routes send through.
 import { ApiError } from '../../errors/index.js';
-import type { QueueState } from '../index.js';
+import type { QueueState } from '../types.js';
+import type { UpstreamClient } from './client.js';
 
 /** The model's route, or the 503 a call to a model no upstream serves gets. */
 export function routeOf<R>(routes: ReadonlyMap<string, R>, modelId: string): R {
@@ -29,4 +30,12 @@ export class CallsInFlight {
   queueState(modelId: string): QueueState | undefined {
     return this.routes.has(modelId) ? { busy: this.busy.get(modelId) ?? 0, waiting: 0 } : undefined;
   }
+}
+
+/**
+ * Closes every client the routes send through. One upstream's client serves the routes of every engine that has a
+ * model on it, so each engine closes it (UpstreamClient.close is safe to call again).
+ */
+export async function closeClients(routes: ReadonlyMap<string, { client: UpstreamClient }>): Promise<void> {
+  await Promise.all([...new Set([...routes.values()].map((route) => route.client))].map((client) => client.close()));
 }

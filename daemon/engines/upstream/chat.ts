@@ -5,8 +5,8 @@
 // shape and our model id.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../index.js';
-import { CallsInFlight, routeOf } from './calls.js';
+import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../types.js';
+import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
 import { readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
@@ -130,14 +130,13 @@ export class UpstreamChatEngine implements ChatEngine {
     let usage: Usage | null = null;
     /** The upstream took the call (a 200 arrived): only then may it have used tokens. */
     let taken = false;
-    // The cheaper stop when the HTTP layer gives one: reading `options.signal` would make an AbortSignal.
-    const stop = options.stop ?? options.signal;
+    const { signal } = options;
     try {
       const result = await this.calls.track(modelId, () =>
         callUpstream(
           call,
-          stop,
-          () => route.client.post('/chat/completions', body, stop),
+          signal,
+          () => route.client.post('/chat/completions', body, signal),
           async (response) => {
             taken = true;
             options.onStart?.();
@@ -160,6 +159,10 @@ export class UpstreamChatEngine implements ChatEngine {
 
   queueState(modelId: string): QueueState | undefined {
     return this.calls.queueState(modelId);
+  }
+
+  close(): Promise<void> {
+    return closeClients(this.routes);
   }
 
   private fromCompletion(completion: Completion, request: ChatRequest): ChatResult {

@@ -8,7 +8,6 @@
 // a second try cannot do twice what the first did. Once a response has started, nothing is retried.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool, type FormData } from 'undici';
-import { abortSignalOf, type AnyStopSignal } from '../stop.js';
 import { readBody } from './body.js';
 import { dispatch, type UpstreamResponse } from './response.js';
 
@@ -110,7 +109,7 @@ export class UpstreamClient {
    * POSTs a JSON body to `path` under the base URL. Rejects only when no response arrived (any status resolves).
    * `probe`: sent on the probes' own connection, once (a test call, not a client's).
    */
-  post(path: string, body: string, signal: AnyStopSignal, options: { probe?: boolean } = {}): Promise<UpstreamResponse> {
+  post(path: string, body: string, signal: AbortSignal, options: { probe?: boolean } = {}): Promise<UpstreamResponse> {
     const request = { method: 'POST', path: this.basePath + path, headers: this.jsonHeaders, body, signal } as const;
     return options.probe ? dispatch(this.probes, request, signal) : this.send(request);
   }
@@ -154,7 +153,7 @@ export class UpstreamClient {
     path: string;
     headers: Record<string, string>;
     body: string | (() => FormData);
-    signal: AnyStopSignal;
+    signal: AbortSignal;
   }): Promise<UpstreamResponse> {
     for (let attempt = 0; ; attempt++) {
       const body = typeof request.body === 'function' ? request.body() : request.body;
@@ -183,16 +182,19 @@ export class UpstreamClient {
     }
   }
 
-  private async pause(ms: number, signal: AnyStopSignal, failure: unknown): Promise<void> {
+  private async pause(ms: number, signal: AbortSignal, failure: unknown): Promise<void> {
     this.retried++;
     try {
-      await sleep(ms, undefined, { signal: abortSignalOf(signal) });
+      await sleep(ms, undefined, { signal });
     } catch {
       throw failure ?? signal.reason;
     }
   }
 
-  async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.probes.close()]);
+  private closing: Promise<void> | null = null;
+
+  /** Closes both pools once their calls are done; later calls are refused. Safe to call again (the same promise). */
+  close(): Promise<void> {
+    return (this.closing ??= Promise.all([this.pool.close(), this.probes.close()]).then(() => {}));
   }
 }

@@ -4,8 +4,8 @@
 // a call leaves.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import type { EmbeddingEngine, EmbeddingResult, QueueState } from '../index.js';
-import { CallsInFlight, routeOf } from './calls.js';
+import type { EmbeddingEngine, EmbeddingResult, QueueState } from '../types.js';
+import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
 import { readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
@@ -114,5 +114,9 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
 
   queueState(modelId: string): QueueState | undefined {
     return this.calls.queueState(modelId);
+  }
+
+  close(): Promise<void> {
+    return closeClients(this.routes);
   }
 }

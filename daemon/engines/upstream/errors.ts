@@ -3,7 +3,6 @@
 // the model and the status go to the log; the body never does.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import type { AnyStopSignal } from '../stop.js';
 import { readBody } from './body.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
 
@@ -44,7 +43,7 @@ function upstreamMessage(text: string, call: FailedCall): string | null {
 }
 
 /** No response at all: refused connection, timeout, or the egress guard. */
-export function unreachable(err: unknown, call: FailedCall, signal: AnyStopSignal): Error {
+export function unreachable(err: unknown, call: FailedCall, signal: AbortSignal): Error {
   if (signal.aborted) return err as Error;
   const code = (err as { code?: string }).code ?? (err as Error).name;
   call.log.warn({ upstream: call.client.name, model: call.modelId, code }, 'the upstream did not answer');
@@ -112,7 +111,7 @@ export function broken(err: unknown, call: FailedCall): ApiError {
  */
 export async function callUpstream<T>(
   call: FailedCall,
-  signal: AnyStopSignal,
+  signal: AbortSignal,
   send: () => Promise<UpstreamResponse>,
   read: (response: UpstreamResponse) => Promise<T>,
 ): Promise<T> {

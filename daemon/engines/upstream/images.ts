@@ -2,8 +2,8 @@
 // model name, the images back as base64 (or, from a server that only gives URLs, fetched from that same server and
 // nowhere else). The route normalises what comes back (size, format, metadata) with sharp.
 import type { FastifyBaseLogger } from 'fastify';
-import type { ImageEngine, ImageRequest, ImageResult, QueueState } from '../index.js';
-import { CallsInFlight, routeOf } from './calls.js';
+import type { ImageEngine, ImageRequest, ImageResult, QueueState } from '../types.js';
+import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
 import { readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
@@ -75,5 +75,9 @@ export class UpstreamImageEngine implements ImageEngine {
 
   queueState(modelId: string): QueueState | undefined {
     return this.calls.queueState(modelId);
+  }
+
+  close(): Promise<void> {
+    return closeClients(this.routes);
   }
 }

@@ -2,7 +2,6 @@
 // no stream in between. undici's request() makes a Readable and an async resource for every call, and their events
 // and ticks cost more than reading a small answer. A body is read once: by each(), or thrown away by dump().
 import type { Dispatcher } from 'undici';
-import type { AnyStopSignal } from '../stop.js';
 
 /**
  * Bytes held for a reader that has not come yet (pieces that arrived with the headers, before the caller could
@@ -155,7 +154,7 @@ export class UpstreamResponse {
   }
 }
 
-const aborted = (signal: AnyStopSignal): Error => {
+const aborted = (signal: AbortSignal): Error => {
   const reason: unknown = signal.reason;
   return reason instanceof Error ? reason : new Error('the upstream call was aborted');
 };
@@ -168,7 +167,7 @@ const aborted = (signal: AnyStopSignal): Error => {
 export function dispatch(
   dispatcher: Dispatcher,
   options: Dispatcher.DispatchOptions,
-  signal: AnyStopSignal | undefined,
+  signal: AbortSignal | undefined,
 ): Promise<UpstreamResponse> {
   if (signal?.aborted) return Promise.reject(aborted(signal));
   return new Promise<UpstreamResponse>((resolve, reject) => {
@@ -184,12 +183,9 @@ export function dispatch(
     const onSignal = () => abort(aborted(signal!));
     const finish = () => {
       done = true;
-      if (!signal) return;
-      if (signal instanceof EventTarget) signal.removeEventListener('abort', onSignal);
-      else signal.removeListener('abort', onSignal);
+      signal?.removeEventListener('abort', onSignal);
     };
-    if (signal instanceof EventTarget) signal.addEventListener('abort', onSignal, { once: true });
-    else signal?.once('abort', onSignal);
+    signal?.addEventListener('abort', onSignal, { once: true });
     let resume: () => void = () => {};
     // undici's own handler interface (the one its request() uses): no adapter between it and the connection.
     const handler: Dispatcher.DispatchHandler = {

@@ -5,8 +5,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { FormData } from 'undici';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
-import type { QueueState, TranscriptionEngine, TranscriptionRequest } from '../index.js';
-import { CallsInFlight, routeOf } from './calls.js';
+import type { QueueState, TranscriptionEngine, TranscriptionRequest } from '../types.js';
+import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
 import { readJson } from './body.js';
 import { callUpstream, type FailedCall } from './errors.js';
@@ -118,5 +118,9 @@ export class UpstreamTranscriptionEngine implements TranscriptionEngine {
 
   queueState(modelId: string): QueueState | undefined {
     return this.calls.queueState(modelId);
+  }
+
+  close(): Promise<void> {
+    return closeClients(this.routes);
   }
 }

@@ -21,7 +21,7 @@ import whisper from '@fugood/whisper.node';
 import { ApiError } from '../../errors/index.js';
 import type { ManifestEntry } from '../../models/index.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
-import type { TranscriptionEngine, TranscriptionRequest } from '../index.js';
+import type { TranscriptionEngine, TranscriptionRequest } from '../types.js';
 import { Slots } from '../slots.js';
 
 type Context = Awaited<ReturnType<typeof whisper.initWhisper>>;
@@ -115,9 +115,11 @@ export class WhisperEngine implements TranscriptionEngine {
     }
   }
 
-  async dispose(): Promise<void> {
-    for (const host of this.hosts.values()) await host.context.release();
+  /** Releases every model's context; a call after it gets model_not_ready. */
+  async close(): Promise<void> {
+    const hosts = [...this.hosts.values()];
     this.hosts.clear();
+    for (const host of hosts) await host.context.release();
   }
 }
 

@@ -4,20 +4,12 @@ import type { EngineRegistry } from '../../engines/index.js';
 import type { Config } from '../../config/index.js';
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import {
-  StopCallOptions,
-  StopSignal,
-  type ChatEngine,
-  type ChatMessage,
-  type ChatRequest,
-  type ChatResult,
-  type Usage,
-} from '../../engines/index.js';
+import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import { joinedParts, JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { AUDIT_FAILED_AFTER_STREAM, recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.js';
-import { stopOnDisconnect } from '../lifetime.js';
+import { abortOnDisconnect } from '../lifetime.js';
 import { answerMatchesSchema, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from '../answer-schema.js';
 import { chatCompletionBody } from './schemas.js';
 
@@ -137,7 +129,7 @@ function usageObject(result: ChatResult) {
 
 function engineFor(deps: ChatRouteDeps, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
   const modelId = request.call.model!.id;
-  const engine = deps.engines.chat(modelId);
+  const engine = deps.engines.get('chat', modelId);
   if (!engine)
     throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, {
       headers: { 'retry-after': '5' },
@@ -233,7 +225,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
       if (request.body.stream) await recordStreamStart(deps, request);
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
-      const gone = stopOnDisconnect(request, reply);
+      const gone = abortOnDisconnect(request, reply);
       const onUsage = (u: Usage) => {
         request.call.usedTokens = u.promptTokens + u.completionTokens;
         request.call.completionTokens = u.completionTokens;
@@ -244,8 +236,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
         return stream(request, reply, { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record });
       }
 
-      // The AbortSignal is made only for an engine that reads it (an upstream watches `stop`).
-      const work = engine.chat(modelId, chatRequest, new StopCallOptions({ onText: () => {}, stop: gone, onUsage }));
+      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: gone, onUsage });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       const content = scrubbing ? await scrubContent(result.content, scrubbing) : result.content;
@@ -291,8 +282,8 @@ interface StreamArgs {
   chatRequest: ChatRequest;
   id: string;
   created: number;
-  /** Fires when the client goes away. */
-  gone: StopSignal;
+  /** Aborts when the client goes away. */
+  gone: AbortSignal;
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
   scrubbing: AnswerScrubbing | null;
   /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
@@ -416,11 +407,11 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
   let structured = '';
   // If scrubbing the answer fails, generation stops and nothing more of the answer is sent.
   let scrubFailure: Error | null = null;
-  // Generation stops when the client goes or scrubbing fails. (One stop fed by the other's event: cheaper per call
-  // than AbortSignal.any, which tracks its sources through weak references.)
-  const stopGenerating = new StopSignal();
+  // Generation stops when the client goes or scrubbing fails: one controller fed by the other's event (AbortSignal.any
+  // would hold its sources through weak references for every call).
+  const stopGenerating = new AbortController();
   if (gone.aborted) stopGenerating.abort(gone.reason);
-  else gone.once('abort', () => stopGenerating.abort(gone.reason));
+  else gone.addEventListener('abort', () => stopGenerating.abort(gone.reason), { once: true });
   const scrubbed = (step: () => string) => {
     try {
       contentChunk(step());
@@ -462,20 +453,16 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
       resolve(reply);
     };
     const work = engine
-      .chat(
-        modelId,
-        chatRequest,
-        new StopCallOptions({
-          onStart: start,
-          stream: true,
-          onText: (text) => {
-            start();
-            passOn(text);
-          },
-          stop: stopGenerating,
-          onUsage,
-        }),
-      )
+      .chat(modelId, chatRequest, {
+        onStart: start,
+        stream: true,
+        onText: (text) => {
+          start();
+          passOn(text);
+        },
+        signal: stopGenerating.signal,
+        onUsage,
+      })
       .then(async (result) => {
         // Any piece still pending goes first (its microtask was queued before this callback, so this is a guard).
         passPending();

@@ -109,7 +109,7 @@ function documentEmbedder(deps: DocumentRouteDeps, call: CallContext): Embedder 
   const model = configured
     ? deps.catalog.resolve(configured, 'embeddings')
     : deps.catalog.listed().find((m) => m.capability === 'embeddings' && m.readiness === 'ready' && !m.frontier);
-  const engine = model && deps.engines.embeddings(model.id);
+  const engine = model && deps.engines.get('embeddings', model.id);
   if (!model || !engine) return null;
   return {
     model: model.id,
@@ -128,7 +128,7 @@ function documentEmbedder(deps: DocumentRouteDeps, call: CallContext): Embedder 
 function answeringModel(deps: DocumentRouteDeps, named: string | undefined): ServedModel | null {
   if (named !== undefined) return deps.catalog.resolve(named, 'chat');
   return (
-    deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && !m.frontier && deps.engines.chat(m.id)) ?? null
+    deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && !m.frontier && deps.engines.get('chat', m.id)) ?? null
   );
 }
 
@@ -288,7 +288,7 @@ async function queryDocuments(deps: DocumentRouteDeps, request: FastifyRequest<{
     answer: null as string | null,
     citations,
   };
-  const engine = model && deps.engines.chat(model.id);
+  const engine = model && deps.engines.get('chat', model.id);
   request.call.usedTokens = 0;
   if (!model || !engine || !hits.length) return result;
 

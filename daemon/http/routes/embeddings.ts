@@ -81,7 +81,7 @@ export function registerEmbeddingsRoute(v1: FastifyInstance, deps: EmbeddingsRou
     { schema: { body: embeddingsBody }, config: { declaration } },
     async (request, reply) => {
       const modelId = request.call.model!.id;
-      const engine = deps.engines.embeddings(modelId);
+      const engine = deps.engines.get('embeddings', modelId);
       if (!engine)
         throw new ApiError('model_not_ready', `No engine is serving '${modelId}' right now. Retry shortly.`, {
           headers: { 'retry-after': '5' },

@@ -164,7 +164,7 @@ function imageEngine(deps: ImageRouteDeps, request: FastifyRequest<{ Body: Image
   const modelId = body.model ?? deps.catalog.listed().find((m) => m.capability === 'image')?.id ?? imageModels[0]!.id;
   const model = deps.catalog.resolve(modelId, 'image');
   request.call.model = model;
-  const engine = deps.engines.image(model.id);
+  const engine = deps.engines.get('image', model.id);
   if (!engine)
     throw new ApiError('model_not_ready', `No engine is serving '${model.id}' right now. Retry shortly.`, {
       headers: { 'retry-after': '5' },

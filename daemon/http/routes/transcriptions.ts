@@ -51,7 +51,7 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: Transcript
       }
       const { fields, file } = await readParts(request, { fields: FIELDS, maxFileBytes: limit, limitKey: 'speech.maxUploadBytes' });
       const model = deps.catalog.resolve(fields.model, 'transcription');
-      const engine = deps.engines.transcription(model.id);
+      const engine = deps.engines.get('transcription', model.id);
       if (!engine) throw new ApiError('model_not_ready', `The model '${model.id}' is loading.`, { headers: { 'retry-after': '2' } });
 
       const { language, format, temperature, granularities } = callOptions(fields, file);
