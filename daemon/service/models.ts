@@ -56,6 +56,12 @@ function createdOf(path: string): number {
 
 export const BUILT_IN_ENGINES = new Set(['llama.cpp', 'whisper.cpp'] as const);
 
+/**
+ * Verifies, lists and loads the manifest's local models, then keeps them in step with the models directory. Long on
+ * purpose: one closure over the runtime's state (the statuses, what is loaded, retired and held open, the watcher),
+ * whose steps are the named functions inside it; each step reads and changes that state, which split functions would
+ * pass back and forth.
+ */
 export function startModels(options: {
   config: Config;
   manifest: Manifest;

@@ -45,6 +45,10 @@ function readKey(file: string, index: number): string {
   return key;
 }
 
+/**
+ * Builds an engine per configured upstream and lists its models once its health check answers. Long on purpose: one
+ * closure over the upstreams' clients and monitors, whose steps (build, check, list, close) share them.
+ */
 export function startUpstreams(options: {
   config: Config;
   manifest: Manifest;
