@@ -288,28 +288,24 @@ interface StreamArgs {
   record: (sentSha256: string, status: number) => Promise<number> | null;
 }
 
-/** The stream's events: the chunks of the answer (OpenAI's chat.completion.chunk), and an error as its body. */
+/** The stream's events: the chunks of the answer, OpenAI's chat.completion.chunk. */
 function chunkEvents(id: string, created: number, modelId: string) {
-  // Every chunk's JSON starts the same way; only its choices differ.
-  const start = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(modelId)},"choices":`;
+  const chunk = (choices: unknown[], extra?: { usage: ReturnType<typeof usageObject> }) =>
+    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`;
+  const choice = (delta: Record<string, unknown>, finishReason: ChatResult['finishReason'] | null = null) => [
+    { index: 0, delta, logprobs: null, finish_reason: finishReason },
+  ];
   return {
-    role: () => `${start}[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`,
-    content: (content: string) =>
-      `${start}[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]}\n\n`,
+    role: () => chunk(choice({ role: 'assistant', content: '' })),
+    content: (content: string) => chunk(choice({ content })),
     toolCalls: (calls: ChatResult['toolCalls']) =>
-      `${start}${JSON.stringify([
-        {
-          index: 0,
-          delta: {
-            tool_calls: calls.map((c, i) => ({ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
-          },
-          logprobs: null,
-          finish_reason: null,
-        },
-      ])}}\n\n`,
-    finish: (reason: ChatResult['finishReason']) =>
-      `${start}[{"index":0,"delta":{},"logprobs":null,"finish_reason":${JSON.stringify(reason)}}]}\n\n`,
-    usage: (result: ChatResult) => `${start}[],"usage":${JSON.stringify(usageObject(result))}}\n\n`,
+      chunk(
+        choice({
+          tool_calls: calls.map((c, i) => ({ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+        }),
+      ),
+    finish: (reason: ChatResult['finishReason']) => chunk(choice({}, reason)),
+    usage: (result: ChatResult) => chunk([], { usage: usageObject(result) }),
   };
 }
 
