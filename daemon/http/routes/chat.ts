@@ -1,15 +1,13 @@
 // POST /v1/chat/completions: OpenAI's shape, buffered or streamed as server-sent events.
-import { createHash } from 'node:crypto';
-import type { EngineRegistry } from '../../engines/index.js';
-import type { Config } from '../../config/index.js';
-import type { OutgoingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, Usage } from '../../engines/index.js';
+import type { Config } from '../../config/index.js';
+import type { ChatEngine, ChatMessage, ChatRequest, ChatResult, EngineRegistry, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import { joinedParts, JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
-import { AUDIT_FAILED_AFTER_STREAM, recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.js';
+import { recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.js';
 import { abortOnDisconnect } from '../lifetime.js';
+import { SseStream } from '../sse.js';
 import { answerMatchesSchema, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from '../answer-schema.js';
 import { chatCompletionBody } from './schemas.js';
 
@@ -236,6 +234,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
         return stream(request, reply, { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record });
       }
 
+      // The AbortSignal is made only for an engine that reads it (an upstream watches `stop`).
       const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: gone, onUsage });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
@@ -273,22 +272,44 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
   );
 }
 
-/** A stream's sent events are hashed once this many bytes are waiting (and at the end). */
-const HASH_EVERY = 16 * 1024;
-
 interface StreamArgs {
   engine: ChatEngine;
   modelId: string;
   chatRequest: ChatRequest;
   id: string;
   created: number;
-  /** Aborts when the client goes away. */
+  /** Fires when the client goes away. */
   gone: AbortSignal;
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
   scrubbing: AnswerScrubbing | null;
   /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
   record: (sentSha256: string, status: number) => Promise<number> | null;
 }
+
+/** The stream's events: the chunks of the answer, OpenAI's chat.completion.chunk. */
+function chunkEvents(id: string, created: number, modelId: string) {
+  const chunk = (choices: unknown[], extra?: { usage: ReturnType<typeof usageObject> }) =>
+    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`;
+  const choice = (delta: Record<string, unknown>, finishReason: ChatResult['finishReason'] | null = null) => [
+    { index: 0, delta, logprobs: null, finish_reason: finishReason },
+  ];
+  return {
+    role: () => chunk(choice({ role: 'assistant', content: '' })),
+    content: (content: string) => chunk(choice({ content })),
+    toolCalls: (calls: ChatResult['toolCalls']) =>
+      chunk(
+        choice({
+          tool_calls: calls.map((c, i) => ({ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+        }),
+      ),
+    finish: (reason: ChatResult['finishReason']) => chunk(choice({}, reason)),
+    usage: (result: ChatResult) => chunk([], { usage: usageObject(result) }),
+  };
+}
+
+const errorEvent = (error: ApiError) => `data: ${JSON.stringify(error.toBody())}\n\n`;
+
+const asError = (err: unknown) => (err instanceof Error ? err : new Error(String(err)));
 
 /**
  * Streams a chat completion as server-sent events. The response commits to 200 only when the engine says the call
@@ -297,159 +318,36 @@ interface StreamArgs {
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
   const { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record } = args;
-  // The events are written straight to the response once its head is out (start(), below), not through a stream that
-  // fastify pipes to it: the pipe's listeners, end-of-stream watchers and ticks were about 5% of a streamed call's
-  // instructions. Nothing is written once the client has gone.
-  let res: FastifyReply['raw'] | null = null;
-  const emit = (bytes: Buffer) => {
-    if (res && !res.destroyed && !res.writableEnded) res.write(bytes);
-  };
-  // What was sent, for the audit entry's response digest: the bytes each batch went out as (a string handed to the
-  // hash is encoded to UTF-8 a second time), 16 KB at a time and at the end (one native call per turn cost more than
-  // the hashing itself). Once the digest is taken, what follows (the leaf's comment, [DONE]) is not in it.
-  const sent = createHash('sha256');
-  let unhashed: Buffer[] = [];
-  let unhashedBytes = 0;
-  let digested = false;
-  const hashSent = () => {
-    if (unhashed.length) sent.update(unhashed.length === 1 ? unhashed[0]! : Buffer.concat(unhashed, unhashedBytes));
-    unhashed = [];
-    unhashedBytes = 0;
-  };
-  // Events made in the same turn (an upstream's pieces often arrive together) leave in one socket write, so one TLS
-  // record and one syscall carry them, not one each; nothing waits beyond the current turn. Once the engine is done,
-  // the last events wait for the audit entry and leave with [DONE] and the response's end, in one write.
-  let batch = '';
-  /** Set once the engine is done: events made from then on wait in `held` for the audit entry. */
-  let holding = false;
-  let held = '';
-  const flush = () => {
-    if (!batch) return;
-    const bytes = Buffer.from(batch);
-    batch = '';
-    if (!digested) {
-      unhashed.push(bytes);
-      unhashedBytes += bytes.length;
-      if (unhashedBytes >= HASH_EVERY) hashSent();
-    }
-    emit(bytes);
-  };
-  // The first events (the role chunk, made when the engine starts) wait for the end of the event loop's turn, not
-  // just the current task: an upstream's first pieces usually arrive with its headers, and then leave with them.
-  let schedule: (flush: () => void) => void = (f) => setImmediate(f);
-  const send = (text: string) => {
-    if (holding) held += text;
-    else {
-      if (!batch) schedule(flush);
-      batch += text;
-    }
-  };
-  /**
-   * An event of the answer: in the digest (send() alone is for what follows it). Once the digest is taken the answer is
-   * over, and an event an engine would still make is not sent: the client must get nothing the audit entry lacks.
-   */
-  const write = (event: string) => {
-    if (!digested) send(event);
-  };
-  // Every chunk's JSON starts the same way; only its choices differ.
-  const chunkStart = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(modelId)},"choices":`;
-  const chunk = (choices: unknown[]) => write(`${chunkStart}${JSON.stringify(choices)}}\n\n`);
-  /** The events made once the engine was done (`held`), encoded once: hashed when the answer ends, sent last. */
-  let last: Buffer | null = null;
-  // The entry is on disk before [DONE]; its leaf is named in an SSE comment, which clients ignore. A stream that
-  // ended in an error event is recorded with that error's status (the HTTP status line said 200).
-  const finish = async (status = 200) => {
-    holding = true;
-    // This turn's events leave now, as their scheduled flush would have sent them (it will find nothing left).
-    flush();
-    if (held) {
-      last = Buffer.from(held);
-      held = '';
-      unhashed.push(last);
-      unhashedBytes += last.length;
-    }
-    hashSent();
-    digested = true;
-    try {
-      const leaf = await record(sent.digest('hex'), status);
-      if (leaf !== null) send(`: x-audit-leaf ${leaf}\n\n`);
-    } catch (err) {
-      request.log.error({ err: (err as Error).message }, 'the audit log could not record a call');
-      send(`data: ${JSON.stringify(AUDIT_FAILED_AFTER_STREAM.toBody())}\n\n`);
-    }
-    send('data: [DONE]\n\n');
-    endResponse();
-  };
-  // The last events and the chunked encoding's terminator in one socket write: the response is corked until its
-  // end() (which uncorks it fully). Only once its headers are out, when nothing waits for a drain and the events fit
-  // under the socket's high-water mark (at most 3 bytes per UTF-16 unit, plus the chunk's framing): a write past it
-  // would wait for a drain that a corked socket never has.
-  const endResponse = () => {
-    batch += held;
-    held = '';
-    if (!res || res.destroyed || res.writableEnded) return;
-    const socket = res.socket;
-    const bytes = (last?.length ?? 0) + 3 * batch.length + 64;
-    const fits = socket !== null && socket.writableLength + bytes < socket.writableHighWaterMark;
-    if (fits && res.headersSent && !res.writableNeedDrain) res.cork();
-    if (last) emit(last);
-    flush();
-    res.end();
-  };
-  const contentChunk = (content: string) => {
-    if (scrubbing?.schema) structured += content;
-    if (content)
-      write(`${chunkStart}[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
-  };
-  // Text that might be the start of a value is held back until the next pieces settle it (never the whole answer).
-  const scrubber = scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally, scrubbing.json ?? undefined) : null;
-  // A structured answer whose placeholders took numbers' places is checked against its schema once it is whole.
-  let structured = '';
-  // If scrubbing the answer fails, generation stops and nothing more of the answer is sent.
-  let scrubFailure: Error | null = null;
-  // Generation stops when the client goes or scrubbing fails: one controller fed by the other's event (AbortSignal.any
-  // would hold its sources through weak references for every call).
+  const chunk = chunkEvents(id, created, modelId);
+  // Generation stops when the client goes or scrubbing the answer fails: one controller fed by the other's event
+  // (AbortSignal.any would hold its sources through weak references for every call).
   const stopGenerating = new AbortController();
   if (gone.aborted) stopGenerating.abort(gone.reason);
   else gone.addEventListener('abort', () => stopGenerating.abort(gone.reason), { once: true });
-  const scrubbed = (step: () => string) => {
-    try {
-      contentChunk(step());
-    } catch (err) {
-      scrubFailure = err instanceof Error ? err : new Error(String(err));
-      stopGenerating.abort();
-    }
-  };
-  // The pieces an engine hands on in one turn (an upstream's events often come several to a read) are scrubbed and
-  // sent as one: one pass of the streaming scrubber over them and one event, not one each. Nothing waits beyond the
-  // turn: they go at its end, with the events already made in it.
-  let pending = '';
-  const passPending = () => {
-    const text = pending;
-    pending = '';
-    if (!text || scrubFailure) return;
-    if (!scrubber) contentChunk(text);
-    else scrubbed(() => scrubber.push(text));
-  };
-  const passOn = (text: string) => {
-    if (scrubFailure) return;
-    if (!pending) queueMicrotask(passPending);
-    pending += text;
-  };
+  // A structured answer whose placeholders took numbers' places is checked against its schema once it is whole.
+  let structured = '';
+  const sse = new SseStream(reply, {
+    record,
+    textEvent: (content) => {
+      if (scrubbing?.schema) structured += content;
+      return chunk.content(content);
+    },
+    errorEvent,
+    // Text that might be the start of a value is held back until the next pieces settle it (never the whole answer).
+    scrubber: scrubbing ? new StreamScrubber(scrubbing.session, scrubbing.tally, scrubbing.json ?? undefined) : null,
+    onScrubFailure: () => stopGenerating.abort(),
+    done: 'data: [DONE]\n\n',
+  });
+  // Set when scrubbing the tool calls failed (a failure scrubbing the text is the stream's: sse.scrubFailure).
+  let toolCallsFailure: Error | null = null;
 
   return new Promise((resolve, reject) => {
     let started = false;
     const start = () => {
       if (started) return;
       started = true;
-      write(`${chunkStart}[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`);
-      schedule = queueMicrotask;
-      // The response is taken over from fastify with every header the stages set on the reply. Its onSend hooks do not
-      // run for it; both of the daemon's leave streams alone (the audit stage records a stream here, at its end, and a
-      // stream only starts once the request's body has been read). Its onResponse hooks still run when it finishes.
-      reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache').hijack();
-      res = reply.raw;
-      res.writeHead(200, reply.getHeaders() as OutgoingHttpHeaders);
+      sse.open();
+      sse.event(chunk.role());
       resolve(reply);
     };
     const work = engine
@@ -458,57 +356,38 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         stream: true,
         onText: (text) => {
           start();
-          passOn(text);
+          sse.text(text);
         },
         signal: stopGenerating.signal,
         onUsage,
       })
       .then(async (result) => {
-        // Any piece still pending goes first (its microtask was queued before this callback, so this is a guard).
-        passPending();
-        // Set first: for an engine that never said it started, the role chunk waits with the rest.
-        holding = true;
+        // The engine is done: the text's pending pieces go out, and the scrubber's hold-back and every event from here
+        // wait for the audit entry. For an engine that never said it started (so sent no text), so does the role chunk.
+        sse.endText();
         start();
-        if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
-        if (scrubFailure) throw scrubFailure;
+        if (sse.scrubFailure) throw sse.scrubFailure;
         if (scrubbing) await checkStructured(structured, scrubbing);
         let toolCalls: ChatResult['toolCalls'];
         try {
           toolCalls = scrubToolCalls(result.toolCalls, scrubbing);
         } catch (err) {
-          throw (scrubFailure = err instanceof Error ? err : new Error(String(err)));
+          throw (toolCallsFailure = asError(err));
         }
-        if (toolCalls.length) {
-          chunk([
-            {
-              index: 0,
-              delta: {
-                tool_calls: toolCalls.map((c, i) => ({
-                  index: i,
-                  id: c.id,
-                  type: 'function',
-                  function: { name: c.name, arguments: c.arguments },
-                })),
-              },
-              logprobs: null,
-              finish_reason: null,
-            },
-          ]);
-        }
-        write(`${chunkStart}[{"index":0,"delta":{},"logprobs":null,"finish_reason":${JSON.stringify(result.finishReason)}}]}\n\n`);
-        if (request.body.stream_options?.include_usage) write(`${chunkStart}[],"usage":${JSON.stringify(usageObject(result))}}\n\n`);
-        return finish();
+        if (toolCalls.length) sse.event(chunk.toolCalls(toolCalls));
+        sse.event(chunk.finish(result.finishReason));
+        if (request.body.stream_options?.include_usage) sse.event(chunk.usage(result));
+        return sse.finish();
       })
       .catch((err: unknown) => {
         if (!started) {
-          reject(err instanceof Error ? err : new Error(String(err)));
+          reject(asError(err));
           return;
         }
-        // What was made before the failure is sent before its error event, as it would have been at its turn's end,
-        // and so is what the scrubber held back: nothing more will come to change how it is judged.
-        passPending();
-        if (scrubber && !scrubFailure) scrubbed(() => scrubber.end());
-        holding = true;
+        // What was made before the failure is sent before its error event, and so is what the scrubber held back:
+        // nothing more will come to change how it is judged.
+        sse.endText({ failed: true });
+        const scrubFailure = sse.scrubFailure ?? toolCallsFailure;
         if (scrubFailure && !gone.aborted) {
           // The message names no value; the answer's remaining text is dropped.
           request.log.error({ err: scrubFailure.message }, 'scrubbing the answer failed');
@@ -516,16 +395,16 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
             'internal_error',
             'Scrubbing the answer failed, so the rest of it was withheld. Retry; if it persists, report the X-Request-Id.',
           );
-          write(`data: ${JSON.stringify(error.toBody())}\n\n`);
-          return finish(error.status);
+          sse.event(errorEvent(error));
+          return sse.finish(error.status);
         } else if (!gone.aborted) {
           const error =
             err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
           if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
-          write(`data: ${JSON.stringify(error.toBody())}\n\n`);
-          return finish(error.status);
+          sse.event(errorEvent(error));
+          return sse.finish(error.status);
         }
-        return finish();
+        return sse.finish();
       });
     startedEngineWork(request.call, request.call.model!, work);
   });
