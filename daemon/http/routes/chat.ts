@@ -314,7 +314,8 @@ const asError = (err: unknown) => (err instanceof Error ? err : new Error(String
 /**
  * Streams a chat completion as server-sent events. The response commits to 200 only when the engine says the call
  * has started (it holds a place and its input checked out); until then a refusal (queue full, prompt too long) is
- * an ordinary error response with its own status and Retry-After.
+ * an ordinary error response with its own status and Retry-After. Long on purpose: the steps of one streamed call in
+ * the order they happen, whose callbacks share the call's state; the writing itself is sse.ts's.
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
   const { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record } = args;
