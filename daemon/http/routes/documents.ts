@@ -128,7 +128,9 @@ function documentEmbedder(deps: DocumentRouteDeps, call: CallContext): Embedder 
 function answeringModel(deps: DocumentRouteDeps, named: string | undefined): ServedModel | null {
   if (named !== undefined) return deps.catalog.resolve(named, 'chat');
   return (
-    deps.catalog.listed().find((m) => m.capability === 'chat' && m.readiness === 'ready' && !m.frontier && deps.engines.get('chat', m.id)) ?? null
+    deps.catalog
+      .listed()
+      .find((m) => m.capability === 'chat' && m.readiness === 'ready' && !m.frontier && deps.engines.get('chat', m.id)) ?? null
   );
 }
 
