@@ -73,10 +73,10 @@ export class SseStream {
   ) {}
 
   /**
-   * Commits the response to 200 and sends its head: the reply is taken over from fastify with every header the stages
-   * set on it. Its onSend hooks do not run for it (both of the daemon's leave streams alone: the audit stage records a
-   * stream at its end, through `record`, and a stream only starts once the request's body has been read); its
-   * onResponse hooks still run when it finishes. Events MUST NOT be made before it.
+   * Commits the response to 200 with its head (it leaves with the first write): the reply is taken over from fastify
+   * with every header the stages set on it. Its onSend hooks do not run for it (both of the daemon's leave streams
+   * alone: the audit stage records a stream at its end, through `record`, and a stream only starts once the request's
+   * body has been read); its onResponse hooks still run when it finishes. Events MUST NOT be made before it.
    */
   open(): void {
     const reply = this.reply;
