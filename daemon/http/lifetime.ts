@@ -74,9 +74,11 @@ export function onCallEnd(request: FastifyRequest, reply: FastifyReply, callback
   else queueMicrotask(end);
 }
 
-/** An AbortSignal that aborts when the client goes away before the response is complete. */
-export function abortOnDisconnect(request: FastifyRequest, reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
+/**
+ * An AbortSignal that aborts when the client goes away before the response is complete. `controller`: one the caller
+ * also aborts for reasons of its own, so that a call makes one signal.
+ */
+export function abortOnDisconnect(request: FastifyRequest, reply: FastifyReply, controller = new AbortController()): AbortSignal {
   onCallEnd(request, reply, (finished) => {
     if (!finished) controller.abort(new Error('client disconnected'));
   });

@@ -7,6 +7,7 @@ import { joinedParts, JsonPosition, noRedactions, ScrubSession, StreamScrubber, 
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.js';
 import { abortOnDisconnect } from '../lifetime.js';
+import { clientGone } from '../errors.js';
 import { SseStream } from '../sse.js';
 import { answerMatchesSchema, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from '../answer-schema.js';
 import { chatCompletionBody } from './schemas.js';
@@ -223,7 +224,6 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
       if (request.body.stream) await recordStreamStart(deps, request);
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
-      const gone = abortOnDisconnect(request, reply);
       const onUsage = (u: Usage) => {
         request.call.usedTokens = u.promptTokens + u.completionTokens;
         request.call.completionTokens = u.completionTokens;
@@ -231,11 +231,10 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
       const scrubbing = answerScrubbing(deps, request);
       if (request.body.stream) {
         const record = (sha: string, status: number) => recordCall(deps, request, status, sha);
-        return stream(request, reply, { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record });
+        return stream(request, reply, { engine, modelId, chatRequest, id, created, onUsage, scrubbing, record });
       }
 
-      // The AbortSignal is made only for an engine that reads it (an upstream watches `stop`).
-      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: gone, onUsage });
+      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: abortOnDisconnect(request, reply), onUsage });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
       const content = scrubbing ? await scrubContent(result.content, scrubbing) : result.content;
@@ -278,8 +277,6 @@ interface StreamArgs {
   chatRequest: ChatRequest;
   id: string;
   created: number;
-  /** Fires when the client goes away. */
-  gone: AbortSignal;
   onUsage: (u: { promptTokens: number; completionTokens: number }) => void;
   scrubbing: AnswerScrubbing | null;
   /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
@@ -318,13 +315,11 @@ const asError = (err: unknown) => (err instanceof Error ? err : new Error(String
  * the order they happen, whose callbacks share the call's state; the writing itself is sse.ts's.
  */
 function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply, args: StreamArgs): Promise<FastifyReply> {
-  const { engine, modelId, chatRequest, id, created, gone, onUsage, scrubbing, record } = args;
+  const { engine, modelId, chatRequest, id, created, onUsage, scrubbing, record } = args;
   const chunk = chunkEvents(id, created, modelId);
-  // Generation stops when the client goes or scrubbing the answer fails: one controller fed by the other's event
-  // (AbortSignal.any would hold its sources through weak references for every call).
+  // Generation stops when the client goes or scrubbing the answer fails: one signal for both.
   const stopGenerating = new AbortController();
-  if (gone.aborted) stopGenerating.abort(gone.reason);
-  else gone.addEventListener('abort', () => stopGenerating.abort(gone.reason), { once: true });
+  const signal = abortOnDisconnect(request, reply, stopGenerating);
   // A structured answer whose placeholders took numbers' places is checked against its schema once it is whole.
   let structured = '';
   const sse = new SseStream(reply, {
@@ -359,7 +354,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           start();
           sse.text(text);
         },
-        signal: stopGenerating.signal,
+        signal,
         onUsage,
       })
       .then(async (result) => {
@@ -389,7 +384,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
         // nothing more will come to change how it is judged.
         sse.endText({ failed: true });
         const scrubFailure = sse.scrubFailure ?? toolCallsFailure;
-        if (scrubFailure && !gone.aborted) {
+        if (scrubFailure && !clientGone(request)) {
           // The message names no value; the answer's remaining text is dropped.
           request.log.error({ err: scrubFailure.message }, 'scrubbing the answer failed');
           const error = new ApiError(
@@ -398,7 +393,7 @@ function stream(request: FastifyRequest<{ Body: ChatBody }>, reply: FastifyReply
           );
           sse.event(errorEvent(error));
           return sse.finish(error.status);
-        } else if (!gone.aborted) {
+        } else if (!clientGone(request)) {
           const error =
             err instanceof ApiError ? err : new ApiError('internal_error', 'The engine failed while generating. Retry the request.');
           if (!(err instanceof ApiError)) request.log.error({ err }, 'chat stream failed');
