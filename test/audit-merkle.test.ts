@@ -8,8 +8,7 @@ import t from 'tap';
 import { AuditLog, callEntryJson, canonicalJson, isoTime, merkle, type CallRecord } from '../daemon/audit/index.js';
 import { openStore, type Store } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
-import { startStandInApp } from './helpers/app.js';
-import type { ChatEngine } from '../daemon/engines/index.js';
+import { startStandInApp, type ScriptedEngine } from './helpers/app.js';
 
 const { leafHash, inclusionProof, consistencyProof, treeHead, subtreesOf, EMPTY_ROOT } = merkle;
 type Hash = Buffer;
@@ -526,7 +525,7 @@ t.test('journal files in a former directory the log does not remember (the daemo
 
 t.test("the daemon's journal is where audit.journalDir says (here from SOVEREIGN_AUDIT_JOURNAL_DIR)", async (t) => {
   const dir = join(tempDir(t), 'journal');
-  const echo: ChatEngine = {
+  const echo: ScriptedEngine = {
     async close() {},
     async chat(_model, req) {
       const usage = { promptTokens: 1, completionTokens: 1 };

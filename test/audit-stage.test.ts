@@ -2,12 +2,11 @@
 // answered 503 audit_unavailable instead of its result, and so is a stream whose start cannot be recorded; a stream
 // whose content has already gone out when its end cannot be recorded ends with an error event saying so. The log is made to refuse by closing it under the running app.
 import t from 'tap';
-import type { ChatEngine } from '../daemon/engines/index.js';
-import { startStandInApp } from './helpers/app.js';
+import { startStandInApp, type ScriptedEngine } from './helpers/app.js';
 import { fill, smallDisk, smallDiskUnavailable } from './helpers/small-disk.js';
 
 const ANSWER = 'the answer that must not leave unlogged';
-const speaker: ChatEngine = {
+const speaker: ScriptedEngine = {
   async close() {},
   async chat(_model, _req, { onText, onUsage }) {
     onText(ANSWER);
@@ -59,7 +58,7 @@ t.test('a stream whose start the log cannot record is refused with 503 audit_una
 t.test('a stream whose end the log cannot record ends with an audit_unavailable event before [DONE]', async (t) => {
   let release = () => {};
   const released = new Promise<void>((resolve) => (release = resolve));
-  const waiting: ChatEngine = {
+  const waiting: ScriptedEngine = {
     async close() {},
     async chat(_model, _req, { onText, onUsage }) {
       onText('first ');
@@ -138,14 +137,14 @@ async function piecesOf(res: Response): Promise<Array<{ at: number; text: string
 
 t.test("a stream's last events wait for its entry and leave with [DONE]; its text does not", async (t) => {
   // Tools: an engine that never says it started and never streams text, only returns a tool call.
-  const caller: ChatEngine = {
+  const caller: ScriptedEngine = {
     async close() {},
     async chat() {
       const usage = { promptTokens: 1, completionTokens: 1 };
       return { content: '', toolCalls: [{ id: 'call_1', name: 'look', arguments: '{}' }], finishReason: 'tool_calls', usage };
     },
   };
-  const failing: ChatEngine = {
+  const failing: ScriptedEngine = {
     async close() {},
     async chat(_model, _req, { onText }) {
       onText(ANSWER);

@@ -3,12 +3,12 @@
 // collections: bench/gateway/NOTES.md). That a client who leaves cancels the upstream call through the signal is
 // tested end to end in test/upstream.test.ts.
 import t from 'tap';
-import type { ChatCallOptions, ChatEngine } from '../daemon/engines/index.js';
-import { startStandInApp } from './helpers/app.js';
+import type { ChatCallOptions } from '../daemon/engines/index.js';
+import { startStandInApp, type ScriptedEngine } from './helpers/app.js';
 
 t.test('the chat route hands engines plain options with an AbortSignal, buffered and streamed', async (t) => {
   const seen: ChatCallOptions[] = [];
-  const recorder: ChatEngine = {
+  const recorder: ScriptedEngine = {
     async close() {},
     async chat(_model, _req, options) {
       seen.push(options);

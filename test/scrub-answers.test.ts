@@ -5,9 +5,9 @@
 import { createHash } from 'node:crypto';
 import t, { type Test } from 'tap';
 import OpenAI from 'openai';
-import type { ChatEngine, ToolCall } from '../daemon/engines/index.js';
+import type { ToolCall } from '../daemon/engines/index.js';
 import { luhnValid } from '../daemon/scrub/index.js';
-import { startStandInApp } from './helpers/app.js';
+import { startStandInApp, type ScriptedEngine } from './helpers/app.js';
 
 function withLuhn(prefix: string): string {
   for (let d = 0; d <= 9; d++) if (luhnValid(prefix + d)) return prefix + d;
@@ -22,7 +22,7 @@ const script: { pieces: string[]; toolCalls: ToolCall[]; pauseAfter?: number; re
 /** The last prompt the engine was given. */
 let seenPrompt = '';
 
-const teller: ChatEngine = {
+const teller: ScriptedEngine = {
   async close() {},
   async chat(_model, req, { onText, onUsage }) {
     seenPrompt = req.messages.map((m) => m.content).join('\n');

@@ -5,9 +5,9 @@
 // and name in an answer are scrubbed like its arguments.
 import t from 'tap';
 import OpenAI from 'openai';
-import type { ChatEngine, ChatRequest, ToolCall } from '../daemon/engines/index.js';
+import type { ChatRequest, ToolCall } from '../daemon/engines/index.js';
 import { JsonPosition, luhnValid, ScrubSession, StreamScrubber } from '../daemon/scrub/index.js';
-import { startStandInApp } from './helpers/app.js';
+import { startStandInApp, type ScriptedEngine } from './helpers/app.js';
 
 function withLuhn(prefix: string): string {
   for (let d = 0; d <= 9; d++) if (luhnValid(prefix + d)) return prefix + d;
@@ -127,7 +127,7 @@ t.test('property: random JSON with values written with random escapes, cut into 
 /** What the engine answers next, and the last request it was given. */
 let answer: { content: string; toolCalls: ToolCall[] } = { content: '', toolCalls: [] };
 let seen: ChatRequest | null = null;
-const engine: ChatEngine = {
+const engine: ScriptedEngine = {
   async close() {},
   async chat(_model, request, { onText, onUsage }) {
     seen = request;

@@ -4,12 +4,11 @@
 import http from 'node:http';
 import t from 'tap';
 import OpenAI from 'openai';
-import { type ChatEngine } from '../daemon/engines/index.js';
-import { startStandInApp } from './helpers/app.js';
+import { startStandInApp, type ScriptedEngine } from './helpers/app.js';
 import { request } from './helpers/http.js';
 
 /** Replies with the last user message, one word per piece, and counts words as tokens. */
-const scripted: ChatEngine = {
+const scripted: ScriptedEngine = {
   async close() {},
   async chat(_model, req, { onText, signal, onUsage }) {
     const words = (req.messages.at(-1)?.content ?? '').split(' ');
@@ -28,7 +27,7 @@ const scripted: ChatEngine = {
 let slowWords = 0;
 
 /** Emits a word every 5 ms until aborted or `maxTokens` words; reports usage however it ends. */
-const slow: ChatEngine = {
+const slow: ScriptedEngine = {
   async close() {},
   async chat(_model, req, { onText, signal, onUsage }) {
     let words = 0;
@@ -175,7 +174,7 @@ let openGate: () => void = () => {};
 let gateOpened: boolean | null = null;
 
 /** Hands on three pieces in one turn (an IBAN cut between two of them), then, once let through, two in another. */
-const burst: ChatEngine = {
+const burst: ScriptedEngine = {
   async close() {},
   async chat(_model, _req, { onText, onUsage }) {
     onText('IBAN SA03 8000 ');

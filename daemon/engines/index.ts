@@ -7,6 +7,8 @@ export type {
   ChatMessage,
   ChatRequest,
   ChatResult,
+  CompletionRequest,
+  CompletionResult,
   EmbeddingEngine,
   EmbeddingResult,
   EmbedOptions,

@@ -47,6 +47,24 @@ export interface ChatResult {
   usage: Usage;
 }
 
+/** A plain text completion (OpenAI's legacy /v1/completions): the model continues `prompt`. */
+export interface CompletionRequest {
+  prompt: string;
+  /** Text that comes after the completion: fill-in-the-middle, for models that declare FIM tokens. */
+  suffix?: string;
+  maxTokens: number;
+  temperature?: number;
+  topP?: number;
+  stop?: string[];
+  seed?: number;
+}
+
+export interface CompletionResult {
+  text: string;
+  finishReason: 'stop' | 'length';
+  usage: Usage;
+}
+
 export interface ChatCallOptions {
   /** Receives each piece of content as it is produced (for streaming). */
   onText: (text: string) => void;
@@ -85,6 +103,11 @@ export interface Engine {
 
 export interface ChatEngine extends Engine {
   chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult>;
+  /**
+   * Continues a text (no chat template). A `suffix` the model cannot fill in before (it declares no FIM tokens) is
+   * the client's 400.
+   */
+  complete(modelId: string, request: CompletionRequest, options: ChatCallOptions): Promise<CompletionResult>;
 }
 
 export interface EmbeddingResult {

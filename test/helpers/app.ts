@@ -27,10 +27,25 @@ export interface StandInApp {
   audit: AuditService;
 }
 
+/**
+ * A scripted chat engine for tests of the pipeline around an engine (not of an engine): it chats as the test says;
+ * text completion, when the test gives none, is refused.
+ */
+export type ScriptedEngine = Omit<ChatEngine, 'complete'> & Partial<Pick<ChatEngine, 'complete'>>;
+
+function scripted(engine: ScriptedEngine): ChatEngine {
+  return {
+    complete: () => Promise.reject(new Error('this scripted engine does not complete text')),
+    ...engine,
+    chat: engine.chat.bind(engine),
+    close: engine.close.bind(engine),
+  };
+}
+
 /** Serves `engines` (model id → engine) on loopback over plain HTTP until the test ends. */
 export async function startStandInApp(
   t: Test,
-  engines: Record<string, { engine: ChatEngine; contextTokens?: number }>,
+  engines: Record<string, { engine: ScriptedEngine; contextTokens?: number }>,
   flags: ConfigFlags = {},
   env: NodeJS.ProcessEnv = {},
 ): Promise<StandInApp> {
@@ -42,7 +57,7 @@ export async function startStandInApp(
   keys.createProject('p');
   const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
   const registry = new EngineRegistry();
-  for (const [id, { engine }] of Object.entries(engines)) registry.set('chat', id, engine);
+  for (const [id, { engine }] of Object.entries(engines)) registry.set('chat', id, scripted(engine));
   const audit = await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, log);
   const usage = new UsageMeter(store, () => {}, config.usage.billingDays);
   const images = new ImageFiles(join(dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);

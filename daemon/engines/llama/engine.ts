@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import {
   LlamaChat,
+  LlamaCompletion,
   resolveChatWrapper,
   type ChatWrapper,
   type ChatHistoryItem,
@@ -14,7 +15,6 @@ import {
   type LlamaContextSequence,
   type LlamaEmbeddingContext,
   type LlamaGrammar,
-  type LlamaJsonSchemaGrammar,
   type LlamaModel,
 } from 'node-llama-cpp';
 import { ApiError } from '../../errors/index.js';
@@ -24,6 +24,8 @@ import type {
   ChatEngine,
   ChatRequest,
   ChatResult,
+  CompletionRequest,
+  CompletionResult,
   EmbeddingEngine,
   EmbeddingResult,
   EmbedOptions,
@@ -32,6 +34,8 @@ import type {
 } from '../types.js';
 import { Slots } from '../slots.js';
 import { toHistory } from './history.js';
+import { grammarSchema, jsonSchemaGrammar } from './json-schema.js';
+import { StopSequences } from './stops.js';
 
 export interface LlamaEngineOptions {
   threads: number;
@@ -64,6 +68,7 @@ type Host = ChatHost | EmbeddingHost;
 const newCallId = () => `call_${randomBytes(12).toString('base64url')}`;
 
 function schemaError(param: string, err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
   return new ApiError(
     'invalid_request_error',
     `The JSON schema in '${param}' cannot be enforced: ${(err as Error).message}. Use a simpler schema.`,
@@ -161,21 +166,22 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
       const grammar = toolGrammar ?? (await this.formatGrammar(request));
       // Everything the request could be refused for has been checked: from here on the call runs.
       onStart?.();
+      const stopping = stopSequences(request.stop, onText, signal);
       const response = await chat.generateResponse(history, {
-        signal,
+        signal: stopping.signal,
+        stopOnAbortSignal: stopping.stops !== null,
         maxTokens,
         // OpenAI's defaults (node-llama-cpp's own default is greedy decoding).
         temperature: request.temperature ?? 1,
         topP: request.topP ?? 1,
         ...(request.seed !== undefined ? { seed: request.seed } : {}),
-        ...(request.stop?.length ? { customStopTriggers: request.stop } : {}),
         ...(grammar ? { grammar } : functions ? { functions, documentFunctionParams: true } : {}),
         onResponseChunk(chunk) {
           // A forced tool call is not content: it is returned as tool_calls at the end.
-          if (chunk.type === undefined && !forcedTool && chunk.text) onText(chunk.text);
+          if (chunk.type === undefined && !forcedTool && chunk.text) stopping.onText(chunk.text);
         },
       });
-      return resultOf(response, usageOf(sequence), toolGrammar);
+      return resultOf(stopping.settle(response), usageOf(sequence), toolGrammar);
     } finally {
       try {
         if (sequence) onUsage?.(usageOf(sequence));
@@ -187,14 +193,78 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     }
   }
 
+  async complete(
+    modelId: string,
+    request: CompletionRequest,
+    { onText, signal, onUsage, onStart }: ChatCallOptions,
+  ): Promise<CompletionResult> {
+    const host = this.host(modelId, 'chat');
+    const release = await host.slots.acquire(signal);
+    let sequence: LlamaContextSequence | undefined;
+    let completion: LlamaCompletion | undefined;
+    try {
+      sequence = host.context.getSequence();
+      completion = new LlamaCompletion({ contextSequence: sequence });
+      if (request.suffix !== undefined && !completion.infillSupported) {
+        throw new ApiError(
+          'invalid_request_error',
+          `The model '${modelId}' declares no fill-in-the-middle tokens, so it cannot complete before a 'suffix'. Leave out 'suffix', or use a code model whose GGUF declares them.`,
+          { param: 'suffix' },
+        );
+      }
+      const promptTokens =
+        host.model.tokenize(request.prompt).length + (request.suffix !== undefined ? host.model.tokenize(request.suffix).length + 3 : 1);
+      const room = host.context.contextSize - promptTokens;
+      if (room <= 0) {
+        throw new ApiError(
+          'invalid_request_error',
+          `This model's maximum context length is ${host.context.contextSize} tokens, but the prompt uses ${promptTokens}. Shorten the prompt.`,
+          { param: 'prompt' },
+        );
+      }
+      onStart?.();
+      const stopping = stopSequences(request.stop, onText, signal);
+      const options = {
+        signal: stopping.signal,
+        stopOnAbortSignal: stopping.stops !== null,
+        maxTokens: Math.min(request.maxTokens, room),
+        temperature: request.temperature ?? 1,
+        topP: request.topP ?? 1,
+        ...(request.seed !== undefined ? { seed: request.seed } : {}),
+        onTextChunk: (text: string) => {
+          if (text) stopping.onText(text);
+        },
+      };
+      const response = stopping.settle(
+        request.suffix !== undefined
+          ? await completion.generateInfillCompletionWithMeta(request.prompt, request.suffix, options)
+          : await completion.generateCompletionWithMeta(request.prompt, options),
+      );
+      return {
+        text: response.response,
+        finishReason: response.metadata.stopReason === 'maxTokens' ? 'length' : 'stop',
+        usage: usageOf(sequence),
+      };
+    } finally {
+      try {
+        if (sequence) onUsage?.(usageOf(sequence));
+        completion?.dispose();
+        await sequence?.dispose();
+      } finally {
+        release();
+      }
+    }
+  }
+
   /** tool_choice 'auto': node-llama-cpp's function calling, after checking that every schema can be enforced. */
   private async functionsOf(request: ChatRequest): Promise<ChatModelFunctions> {
     const functions: Record<string, { description?: string; params?: GbnfJsonSchema }> = {};
     for (const [i, t] of request.tools!.entries()) {
-      if (t.parameters) await this.jsonSchemaGrammar(t.parameters, `tools[${i}].function.parameters`);
+      const param = `tools[${i}].function.parameters`;
+      if (t.parameters) await this.jsonSchemaGrammar(t.parameters, param);
       functions[t.name] = {
         ...(t.description ? { description: t.description } : {}),
-        ...(t.parameters ? { params: t.parameters as GbnfJsonSchema } : {}),
+        ...(t.parameters ? { params: grammarSchema(t.parameters, param) } : {}),
       };
     }
     return functions;
@@ -232,15 +302,14 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
   }
 
   /** Grammars compiled from JSON schemas, by schema text: clients send the same tools and formats again and again. */
-  private readonly grammars = new Map<string, Promise<LlamaJsonSchemaGrammar<GbnfJsonSchema>>>();
+  private readonly grammars = new Map<string, Promise<LlamaGrammar>>();
 
-  private async jsonSchemaGrammar(schema: object, param: string): Promise<LlamaJsonSchemaGrammar<GbnfJsonSchema>> {
+  private async jsonSchemaGrammar(schema: object, param: string): Promise<LlamaGrammar> {
     try {
       const key = JSON.stringify(schema);
       let grammar = this.grammars.get(key);
       if (!grammar) {
-        // node-llama-cpp infers a result type from literal schemas; ours arrive at run time, so the type is erased.
-        grammar = this.llama.createGrammarForJsonSchema(schema as Parameters<Llama['createGrammarForJsonSchema']>[0]);
+        grammar = jsonSchemaGrammar(this.llama, schema, param);
         if (this.grammars.size >= 256) this.grammars.delete(this.grammars.keys().next().value!);
         this.grammars.set(key, grammar);
         grammar.catch(() => this.grammars.delete(key));
@@ -252,7 +321,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
   }
 
   /** tool_choice 'required' or a named function: the grammar allows nothing but a call with valid arguments. */
-  private async toolGrammar(request: ChatRequest): Promise<LlamaJsonSchemaGrammar<GbnfJsonSchema>> {
+  private async toolGrammar(request: ChatRequest): Promise<LlamaGrammar> {
     const choice = request.toolChoice;
     const tools = typeof choice === 'object' ? request.tools!.filter((t) => t.name === choice.name) : request.tools!;
     if (!tools.length) {
@@ -333,11 +402,49 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
   }
 }
 
+/**
+ * A call's stop sequences, applied to its text as it is generated (stops.ts): generation is stopped through its signal
+ * once one is seen, and `settle` makes what was generated the text that was passed on. Without stop sequences, the
+ * text and the signal pass straight through.
+ */
+interface Stopping {
+  stops: StopSequences | null;
+  /** What generation stops by. */
+  signal: AbortSignal;
+  /** Each piece of text as it is generated. */
+  onText(piece: string): void;
+  /** The response as the call's: its text what was passed on, its stop reason a stop sequence's if one was seen. */
+  settle<R extends { response: string; metadata: { stopReason: string } }>(response: R): R;
+}
+
+function stopSequences(stop: string[] | undefined, onText: (text: string) => void, signal: AbortSignal): Stopping {
+  if (!stop?.length) return { stops: null, signal, onText, settle: (response) => response };
+  const stops = new StopSequences(stop, onText);
+  // Stopped by the client going (an abort, thrown) or by a stop sequence (an end, as node-llama-cpp's own would be).
+  const halt = new AbortController();
+  if (signal.aborted) halt.abort(signal.reason);
+  else signal.addEventListener('abort', () => halt.abort(signal.reason), { once: true });
+  return {
+    stops,
+    signal: halt.signal,
+    onText(piece: string) {
+      stops.push(piece);
+      if (stops.found && !halt.signal.aborted) halt.abort(new Error('a stop sequence was generated'));
+    },
+    settle(response) {
+      if (signal.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('aborted');
+      stops.end();
+      const stopReason = stops.found ? 'customStopTrigger' : response.metadata.stopReason;
+      return { ...response, response: stops.text, metadata: { ...response.metadata, stopReason } };
+    },
+  };
+}
+
 /** What generation produced, as the call's result. `toolGrammar`: the grammar that forced a tool call, if one did. */
 function resultOf(
   response: { response: string; functionCalls?: Array<{ functionName: string; params?: unknown }>; metadata: { stopReason: string } },
   usage: Usage,
-  toolGrammar: LlamaJsonSchemaGrammar<GbnfJsonSchema> | undefined,
+  toolGrammar: LlamaGrammar | undefined,
 ): ChatResult {
   const cutOff = response.metadata.stopReason === 'maxTokens';
   if (toolGrammar) {
@@ -347,7 +454,7 @@ function resultOf(
       const args = /"arguments"\s*:\s*([\s\S]*)$/.exec(response.response)?.[1] ?? '';
       return { content: '', toolCalls: [{ id: newCallId(), name, arguments: args }], finishReason: 'length', usage };
     }
-    const call = toolGrammar.parse(response.response) as unknown as { name: string; arguments: unknown };
+    const call = JSON.parse(response.response) as { name: string; arguments: unknown };
     return {
       content: '',
       toolCalls: [{ id: newCallId(), name: call.name, arguments: JSON.stringify(call.arguments) }],

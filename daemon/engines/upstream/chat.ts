@@ -5,7 +5,17 @@
 // shape and our model id.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import type { ChatCallOptions, ChatEngine, ChatRequest, ChatResult, QueueState, ToolCall, Usage } from '../types.js';
+import type {
+  ChatCallOptions,
+  ChatEngine,
+  ChatRequest,
+  ChatResult,
+  CompletionRequest,
+  CompletionResult,
+  QueueState,
+  ToolCall,
+  Usage,
+} from '../types.js';
 import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient, UpstreamResponse } from './client.js';
 import { readJson } from './body.js';
@@ -23,6 +33,8 @@ type FinishReason = ChatResult['finishReason'];
 interface CompletionChoice {
   message?: { content?: string | null; tool_calls?: WireToolCall[] };
   delta?: { content?: string | null; tool_calls?: WireToolCallDelta[] };
+  /** A text completion's (/completions). */
+  text?: string | null;
   finish_reason?: string | null;
 }
 
@@ -93,21 +105,37 @@ function finishReasonOf(reason: string | null | undefined, toolCalls: number): F
   return toolCalls > 0 ? 'tool_calls' : 'stop';
 }
 
-/**
- * Tokens when the upstream reports none (some servers omit usage): a token is at least one UTF-8 byte, so the bytes
- * of the prompt bound it from above, and each streamed piece is one token or more.
- */
-function estimatedUsage(request: ChatRequest, pieces: number): Usage {
-  let bytes = 0;
-  for (const m of request.messages) bytes += Buffer.byteLength(m.content) + 4;
-  return { promptTokens: bytes, completionTokens: pieces };
+/** The upstream's JSON body for a text completion, OpenAI's shape, with the upstream's model name. */
+export function upstreamCompletionBody(model: string, request: CompletionRequest, stream: boolean): Record<string, unknown> {
+  const body: Record<string, unknown> = { model, prompt: request.prompt, max_tokens: request.maxTokens };
+  if (request.suffix !== undefined) body.suffix = request.suffix;
+  if (request.temperature !== undefined) body.temperature = request.temperature;
+  if (request.topP !== undefined) body.top_p = request.topP;
+  if (request.stop) body.stop = request.stop;
+  if (request.seed !== undefined) body.seed = request.seed;
+  if (stream) {
+    body.stream = true;
+    body.stream_options = { include_usage: true };
+  }
+  return body;
 }
 
-function usageOf(reported: Completion['usage'], request: ChatRequest, pieces: number): Usage {
+/** The UTF-8 bytes of a chat request's texts: an upper bound of its prompt's tokens (a token is at least a byte). */
+function chatPromptBytes(request: ChatRequest): number {
+  let bytes = 0;
+  for (const m of request.messages) bytes += Buffer.byteLength(m.content) + 4;
+  return bytes;
+}
+
+/**
+ * Tokens used, as the upstream reports them; when it reports none (some servers omit usage), an upper bound: the
+ * prompt's bytes, and a token or more for each streamed piece.
+ */
+function usageOf(reported: Completion['usage'], promptBytes: number, pieces: number): Usage {
   if (reported && typeof reported.prompt_tokens === 'number' && typeof reported.completion_tokens === 'number') {
     return { promptTokens: reported.prompt_tokens, completionTokens: reported.completion_tokens };
   }
-  return estimatedUsage(request, pieces);
+  return { promptTokens: promptBytes, completionTokens: pieces };
 }
 
 export class UpstreamChatEngine implements ChatEngine {
@@ -121,10 +149,81 @@ export class UpstreamChatEngine implements ChatEngine {
     this.calls = new CallsInFlight(routes);
   }
 
-  async chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult> {
+  chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult> {
     const route = routeOf(this.routes, modelId);
-    const stream = options.stream === true;
-    const body = JSON.stringify(upstreamChatBody(route.upstreamModel, request, stream));
+    const body = JSON.stringify(upstreamChatBody(route.upstreamModel, request, options.stream === true));
+    const promptBytes = chatPromptBytes(request);
+    return this.call(modelId, route, '/chat/completions', body, options, promptBytes, {
+      whole: (completion) => {
+        const result = this.fromCompletion(completion, promptBytes);
+        return { result, text: result.content };
+      },
+      streamed: () => {
+        const calls: WireToolCall[] = [];
+        return {
+          piece: (choice) => {
+            for (const part of choice.delta?.tool_calls ?? []) {
+              const call = (calls[part.index ?? calls.length] ??= { function: { name: '', arguments: '' } });
+              if (part.id) call.id = part.id;
+              if (part.function?.name) call.function!.name += part.function.name;
+              if (part.function?.arguments) call.function!.arguments += part.function.arguments;
+            }
+            return choice.delta?.content ?? '';
+          },
+          result: (content, finish, usage) => {
+            const toolCalls = calls
+              .filter((c) => c !== undefined)
+              .map((c, i) => ({ id: c.id ?? `call_${i}`, name: c.function!.name ?? '', arguments: c.function!.arguments ?? '' }));
+            return { content, toolCalls, finishReason: finishReasonOf(finish, toolCalls.length), usage };
+          },
+        };
+      },
+    });
+  }
+
+  complete(modelId: string, request: CompletionRequest, options: ChatCallOptions): Promise<CompletionResult> {
+    const route = routeOf(this.routes, modelId);
+    const body = JSON.stringify(upstreamCompletionBody(route.upstreamModel, request, options.stream === true));
+    const promptBytes = Buffer.byteLength(request.prompt) + Buffer.byteLength(request.suffix ?? '');
+    const finishOf = (reason: string | null | undefined) => (reason === 'length' ? 'length' : 'stop');
+    return this.call(modelId, route, '/completions', body, options, promptBytes, {
+      whole: (completion) => {
+        if (completion.error) throw new ApiError('internal_error', 'The upstream answered with an error. Retry the request.');
+        const choice = completion.choices?.[0];
+        if (typeof choice?.text !== 'string') throw new Error('the upstream answer has no choices[0].text');
+        const result: CompletionResult = {
+          text: choice.text,
+          finishReason: finishOf(choice.finish_reason),
+          usage: usageOf(completion.usage, promptBytes, 0),
+        };
+        return { result, text: result.text };
+      },
+      streamed: () => ({
+        piece: (choice) => choice.text ?? '',
+        result: (text, finish, usage) => ({ text, finishReason: finishOf(finish), usage }),
+      }),
+    });
+  }
+
+  /**
+   * Sends one call to the upstream and reads its answer, whole or streamed (whichever the upstream sent), handing the
+   * text on as it comes; tells `onUsage` what was used, however it ends.
+   */
+  private async call<T extends { usage: Usage }>(
+    modelId: string,
+    route: UpstreamRoute,
+    path: string,
+    body: string,
+    options: ChatCallOptions,
+    promptBytes: number,
+    reading: {
+      whole: (completion: Completion) => { result: T; text: string };
+      streamed: () => {
+        piece: (choice: CompletionChoice) => string;
+        result: (text: string, finish: string | null, usage: Usage) => T;
+      };
+    },
+  ): Promise<T> {
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
     let pieces = 0;
     let usage: Usage | null = null;
@@ -136,16 +235,18 @@ export class UpstreamChatEngine implements ChatEngine {
         callUpstream(
           call,
           signal,
-          () => route.client.post('/chat/completions', body, signal),
+          () => route.client.post(path, body, signal),
           async (response) => {
             taken = true;
             options.onStart?.();
             const type = response.header('content-type') ?? '';
-            if (type.startsWith('text/event-stream')) return this.readStream(response, call, request, options, (n) => (pieces = n));
-            const whole = this.fromCompletion(await readJson<Completion>(response, 16 * 1024 * 1024), request);
+            if (type.startsWith('text/event-stream')) {
+              return this.readStream(response, call, reading.streamed(), options, promptBytes, (n) => (pieces = n));
+            }
+            const whole = reading.whole(await readJson<Completion>(response, 16 * 1024 * 1024));
             // An upstream that answered a stream request in one piece: its text is still handed on as it is.
-            if (stream && whole.content) options.onText(whole.content);
-            return whole;
+            if (options.stream && whole.text) options.onText(whole.text);
+            return whole.result;
           },
         ),
       );
@@ -153,7 +254,7 @@ export class UpstreamChatEngine implements ChatEngine {
       return result;
     } finally {
       // A call the upstream never took used nothing: its reservation is given back and nothing is billed.
-      options.onUsage?.(usage ?? (taken ? estimatedUsage(request, pieces) : { promptTokens: 0, completionTokens: 0 }));
+      options.onUsage?.(usage ?? (taken ? usageOf(null, promptBytes, pieces) : { promptTokens: 0, completionTokens: 0 }));
     }
   }
 
@@ -165,7 +266,7 @@ export class UpstreamChatEngine implements ChatEngine {
     return closeClients(this.routes);
   }
 
-  private fromCompletion(completion: Completion, request: ChatRequest): ChatResult {
+  private fromCompletion(completion: Completion, promptBytes: number): ChatResult {
     if (completion.error) throw new ApiError('internal_error', 'The upstream answered with an error. Retry the request.');
     const choice = completion.choices?.[0];
     const message = choice?.message;
@@ -179,23 +280,23 @@ export class UpstreamChatEngine implements ChatEngine {
       content: message.content ?? '',
       toolCalls,
       finishReason: finishReasonOf(choice.finish_reason, toolCalls.length),
-      usage: usageOf(completion.usage, request, 0),
+      usage: usageOf(completion.usage, promptBytes, 0),
     };
   }
 
-  private async readStream(
+  private async readStream<T>(
     response: UpstreamResponse,
     call: FailedCall,
-    request: ChatRequest,
+    events: { piece: (choice: CompletionChoice) => string; result: (text: string, finish: string | null, usage: Usage) => T },
     options: ChatCallOptions,
+    promptBytes: number,
     counted: (pieces: number) => void,
-  ): Promise<ChatResult> {
-    let content = '';
+  ): Promise<T> {
+    let text = '';
     let pieces = 0;
     let finish: string | null = null;
     let reported: Completion['usage'] = null;
     let done = false;
-    const calls: WireToolCall[] = [];
     const reader = new SseReader((data) => {
       if (done) return;
       if (data === '[DONE]') {
@@ -211,18 +312,11 @@ export class UpstreamChatEngine implements ChatEngine {
       const choice = event.choices?.[0];
       if (!choice) return;
       if (choice.finish_reason) finish = choice.finish_reason;
-      const delta = choice.delta;
-      if (!delta) return;
-      if (delta.content) {
-        content += delta.content;
+      const piece = events.piece(choice);
+      if (piece) {
+        text += piece;
         counted(++pieces);
-        options.onText(delta.content);
-      }
-      for (const part of delta.tool_calls ?? []) {
-        const call = (calls[part.index ?? calls.length] ??= { function: { name: '', arguments: '' } });
-        if (part.id) call.id = part.id;
-        if (part.function?.name) call.function!.name += part.function.name;
-        if (part.function?.arguments) call.function!.arguments += part.function.arguments;
+        options.onText(piece);
       }
     });
     // The body comes as bytes; a character cut between two pieces is joined by the decoder.
@@ -231,9 +325,6 @@ export class UpstreamChatEngine implements ChatEngine {
     reader.push(decoder.decode());
     reader.end();
     if (!done && finish === null) throw new Error('the upstream stream ended before its last event');
-    const toolCalls = calls
-      .filter((c) => c !== undefined)
-      .map((c, i) => ({ id: c.id ?? `call_${i}`, name: c.function!.name ?? '', arguments: c.function!.arguments ?? '' }));
-    return { content, toolCalls, finishReason: finishReasonOf(finish, toolCalls.length), usage: usageOf(reported, request, pieces) };
+    return events.result(text, finish, usageOf(reported, promptBytes, pieces));
   }
 }
