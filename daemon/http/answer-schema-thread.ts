@@ -8,37 +8,53 @@ export interface SchemaCheck {
   id: number;
   schema: Record<string, unknown>;
   answer: string;
+  /** Strict: an answer that is not JSON, or a schema that cannot be read, does not match either. */
+  strict: boolean;
 }
 
-export type SchemaCheckReply = { id: number; matches: boolean } | { ready: true };
+/** Whether the answer matches; if not, why (ajv's first error: where in the answer, and what the schema wanted). */
+export interface SchemaVerdict {
+  matches: boolean;
+  /** Why the answer does not match (null when it does, or when the schema is the problem). */
+  problem: string | null;
+  /** Why the schema could not be read (strict only: a lenient check lets the answer through). */
+  unreadable: string | null;
+}
+
+export type SchemaCheckReply = { id: number; verdict: SchemaVerdict } | { ready: true };
 
 const checker = new Ajv({ strict: false, allErrors: false, validateFormats: false });
 
 /**
- * Whether the answer matches the schema; true for an answer that is not JSON or a schema the checker cannot read
- * (nothing to hold the answer to).
+ * Whether the answer matches the schema. Lenient (not strict): an answer that is not JSON, or a schema the checker
+ * cannot read, matches (there is nothing to hold the answer to).
  */
-function matches(schema: Record<string, unknown>, answer: string): boolean {
+function verdict(schema: Record<string, unknown>, answer: string, strict: boolean): SchemaVerdict {
   let value: unknown;
   try {
     value = JSON.parse(answer);
   } catch {
-    return true;
+    return strict ? { matches: false, problem: 'the answer is not complete JSON', unreadable: null } : MATCHES;
   }
   let validate: ValidateFunction;
   try {
     validate = checker.compile(schema);
-  } catch {
-    return true;
+  } catch (err) {
+    return strict ? { matches: false, problem: null, unreadable: (err as Error).message } : MATCHES;
   } finally {
     // Compiled schemas are cached by the schema object: each check brings its own.
     checker.removeSchema(schema);
   }
-  return validate(value);
+  if (validate(value)) return MATCHES;
+  const first = validate.errors?.[0];
+  const problem = first ? `${first.instancePath || 'the answer'} ${first.message ?? 'does not match'}` : 'it does not match';
+  return { matches: false, problem, unreadable: null };
 }
 
-parentPort!.on('message', ({ id, schema, answer }: SchemaCheck) => {
-  parentPort!.postMessage({ id, matches: matches(schema, answer) } satisfies SchemaCheckReply);
+const MATCHES: SchemaVerdict = { matches: true, problem: null, unreadable: null };
+
+parentPort!.on('message', ({ id, schema, answer, strict }: SchemaCheck) => {
+  parentPort!.postMessage({ id, verdict: verdict(schema, answer, strict) } satisfies SchemaCheckReply);
 });
 // Loaded and listening: the first check's budget starts now, not while the thread and ajv load.
 parentPort!.postMessage({ ready: true } satisfies SchemaCheckReply);

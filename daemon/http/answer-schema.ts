@@ -1,11 +1,13 @@
 // Checking a structured answer against the client's JSON schema, in a worker thread within a time budget: the schema's
 // patterns are the client's regular expressions, and one that backtracks exponentially (`^(a+)+$` on forty letters)
-// held the event loop, and every other call, for hours. One thread checks one answer at a time (checks are rare: only
-// answers in which scrubbing put a placeholder where JSON had a number); one that is over its budget is ended, and
-// the next check starts a new one. The budget counts from when the thread is loaded, not from its start (which, on a
+// held the event loop, and every other call, for hours. One thread checks one answer at a time (strict structured
+// answers, and answers in which scrubbing put a placeholder where JSON had a number); one that is over its budget is
+// ended, and the next check starts a new one. The budget counts from when the thread is loaded, not from its start (which, on a
 // loaded machine, can take longer than the budget). An idle thread ends after a minute, and never holds the process.
 import { Worker } from 'node:worker_threads';
-import type { SchemaCheck, SchemaCheckReply } from './answer-schema-thread.js';
+import type { SchemaCheck, SchemaCheckReply, SchemaVerdict } from './answer-schema-thread.js';
+
+export type { SchemaVerdict } from './answer-schema-thread.js';
 
 /** How long one check may take: a real schema and answer take milliseconds. */
 export const SCHEMA_CHECK_BUDGET_MS = 1000;
@@ -57,7 +59,7 @@ function thread(): Thread {
   return started;
 }
 
-async function check(schema: Record<string, unknown>, answer: string): Promise<boolean> {
+async function check(schema: Record<string, unknown>, answer: string, strict: boolean): Promise<SchemaVerdict> {
   clearTimeout(idleTimer);
   const { worker: running, ready } = thread();
   // Held while it checks, let go once idle: an idle thread never keeps a process from ending.
@@ -69,7 +71,7 @@ async function check(schema: Record<string, unknown>, answer: string): Promise<b
     throw err;
   }
   const id = nextId++;
-  return new Promise<boolean>((resolve, reject) => {
+  return new Promise<SchemaVerdict>((resolve, reject) => {
     const done = () => {
       clearTimeout(timer);
       running.off('message', onMessage);
@@ -80,7 +82,7 @@ async function check(schema: Record<string, unknown>, answer: string): Promise<b
     const onMessage = (reply: SchemaCheckReply) => {
       if (!('id' in reply) || reply.id !== id) return;
       done();
-      resolve(reply.matches);
+      resolve(reply.verdict);
     };
     const onExit = (code: number) => {
       done();
@@ -94,16 +96,16 @@ async function check(schema: Record<string, unknown>, answer: string): Promise<b
     }, SCHEMA_CHECK_BUDGET_MS);
     running.on('message', onMessage);
     running.once('exit', onExit);
-    running.postMessage({ id, schema, answer } satisfies SchemaCheck);
+    running.postMessage({ id, schema, answer, strict } satisfies SchemaCheck);
   });
 }
 
 /**
- * Whether `answer` (JSON text) matches `schema`: true also when the answer is not JSON or the schema cannot be read.
- * Rejects with SchemaCheckTimeout when the check is over its budget.
+ * Whether `answer` (JSON text) matches `schema`. Not `strict`: it does also when the answer is not JSON or the schema
+ * cannot be read. Rejects with SchemaCheckTimeout when the check is over its budget.
  */
-export function answerMatchesSchema(schema: Record<string, unknown>, answer: string): Promise<boolean> {
-  const result = queue.then(() => check(schema, answer));
+export function checkAnswer(schema: Record<string, unknown>, answer: string, strict = false): Promise<SchemaVerdict> {
+  const result = queue.then(() => check(schema, answer, strict));
   queue = result.catch(() => {});
   return result;
 }

@@ -15,6 +15,7 @@ import { pipeline, type PipelineDeps, type Scope } from './pipeline.js';
 import { registerStages } from './stage.js';
 import { registerAuditRoutes, type AuditRouteDeps } from './routes/audit.js';
 import { registerChatRoute, type ChatRouteDeps } from './routes/chat.js';
+import { registerCompletionsRoute, type CompletionsRouteDeps } from './routes/completions.js';
 import { registerDocumentRoutes, type DocumentRouteDeps } from './routes/documents.js';
 import { registerEmbeddingsRoute, type EmbeddingsRouteDeps } from './routes/embeddings.js';
 import { registerImageRoutes, type ImageRouteDeps } from './routes/images.js';
@@ -26,6 +27,7 @@ import './context.js';
 export type AppDeps = PipelineDeps &
   ServiceRouteDeps &
   ChatRouteDeps &
+  CompletionsRouteDeps &
   EmbeddingsRouteDeps &
   AuditRouteDeps &
   DocumentRouteDeps &
@@ -89,6 +91,7 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
       registerStages(v1, inScope('/v1'));
       registerServiceRoutes(v1, deps);
       registerChatRoute(v1, deps);
+      registerCompletionsRoute(v1, deps);
       registerEmbeddingsRoute(v1, deps);
       registerAuditRoutes(v1, deps);
       registerDocumentRoutes(v1, deps);

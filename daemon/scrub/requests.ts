@@ -8,7 +8,7 @@ import { ApiError } from '../errors/index.js';
 import type { RedactionType } from './detect.js';
 import type { ScrubSession } from './session.js';
 
-export type BodyKind = 'chat' | 'embeddings' | 'document' | 'query' | 'image' | 'transcription' | 'preview';
+export type BodyKind = 'chat' | 'completion' | 'embeddings' | 'document' | 'query' | 'image' | 'transcription' | 'preview';
 
 /** Deepest nesting of a JSON schema or tool parameters (real ones have a handful of levels). */
 export const MAX_SCHEMA_DEPTH = 64;
@@ -128,6 +128,22 @@ function scrubChat(raw: unknown, session: ScrubSession): void {
   }
 }
 
+interface CompletionBody {
+  prompt: string | unknown[];
+  suffix?: string | null;
+  stop?: string | string[] | null;
+}
+
+/** A text completion: the prompt (each, when several), the suffix and the stop sequences. Token prompts are the route's to refuse. */
+function scrubCompletion(raw: unknown, session: ScrubSession): void {
+  const body = raw as CompletionBody;
+  if (typeof body.prompt === 'string') body.prompt = session.scrub(body.prompt);
+  else body.prompt = body.prompt.map((p) => (typeof p === 'string' ? session.scrub(p) : p));
+  if (typeof body.suffix === 'string') body.suffix = session.scrub(body.suffix);
+  if (typeof body.stop === 'string') body.stop = session.scrub(body.stop);
+  else if (Array.isArray(body.stop)) body.stop = body.stop.map((s) => session.scrub(s));
+}
+
 interface EmbeddingsBody {
   input: string | string[] | number[] | number[][];
 }
@@ -197,6 +213,7 @@ function scrubPreview(raw: unknown, session: ScrubSession): void {
 
 export const SCRUB_BODY: Record<BodyKind, (body: unknown, session: ScrubSession) => void> = {
   chat: scrubChat,
+  completion: scrubCompletion,
   embeddings: scrubEmbeddings,
   document: scrubDocument,
   query: scrubQuery,

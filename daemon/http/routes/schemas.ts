@@ -94,6 +94,7 @@ export const chatCompletionBody = {
               name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' },
               description: { type: 'string' },
               parameters: { type: 'object' },
+              strict: { type: ['boolean', 'null'] },
             },
           },
         },
@@ -105,6 +106,44 @@ export const chatCompletionBody = {
         { type: 'object', required: ['type', 'function'], properties: { function: { type: 'object', required: ['name'] } } },
       ],
     },
+    logprobs: { type: ['boolean', 'null'] },
+    top_logprobs: { type: ['integer', 'null'], minimum: 0, maximum: 20 },
+    user: { type: 'string' },
+  },
+} as const;
+
+export const completionBody = {
+  type: 'object',
+  required: ['model', 'prompt'],
+  properties: {
+    model: { type: 'string', minLength: 1, maxLength: 256 },
+    prompt: {
+      anyOf: [
+        { type: 'string' },
+        { type: 'array', minItems: 1, maxItems: 16, items: { type: 'string' } },
+        // Tokens: typed here so that the route can refuse them with a message of its own.
+        { type: 'array', minItems: 1, items: { type: 'integer' } },
+        { type: 'array', minItems: 1, items: { type: 'array', items: { type: 'integer' } } },
+      ],
+    },
+    suffix: { type: ['string', 'null'] },
+    max_tokens: { type: ['integer', 'null'], minimum: 1 },
+    temperature: { type: ['number', 'null'], minimum: 0, maximum: 2 },
+    top_p: { type: ['number', 'null'], minimum: 0, maximum: 1 },
+    n: { type: ['integer', 'null'], minimum: 1, maximum: 1 },
+    best_of: { type: ['integer', 'null'], minimum: 1, maximum: 1 },
+    stream: { type: ['boolean', 'null'] },
+    stream_options: {
+      anyOf: [{ type: 'object', properties: { include_usage: { type: 'boolean' } } }, { type: 'null' }],
+    },
+    stop: {
+      anyOf: [{ type: 'string', minLength: 1 }, { type: 'array', maxItems: 4, items: { type: 'string', minLength: 1 } }, { type: 'null' }],
+    },
+    seed: { type: ['integer', 'null'] },
+    echo: { type: ['boolean', 'null'] },
+    logprobs: { type: ['integer', 'null'], minimum: 0, maximum: 5 },
+    presence_penalty: { type: ['number', 'null'], minimum: -2, maximum: 2 },
+    frequency_penalty: { type: ['number', 'null'], minimum: -2, maximum: 2 },
     user: { type: 'string' },
   },
 } as const;
