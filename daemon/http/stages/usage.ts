@@ -1,16 +1,20 @@
-// Usage, on /v1 once the response is written: the call counts for its key and route, and its tokens once the engine
-// has stopped (an abandoned call's engine reports after its response).
+// Usage, on /v1 when the call ends, finished or abandoned: the call counts for its key and route, and its tokens once
+// the engine has stopped (an abandoned call's engine reports after its end). A client that reads a streamed answer and
+// goes before its last bytes had the model's work, and its call is in the audit log: it counts as any other, or the
+// usage billed (`sovereign usage export`) would leave it out. fastify's onResponse runs only for a response written
+// to its end, so this runs at the call's end (lifetime.ts) instead.
 import type { UsageMeter } from '../../usage/index.js';
-import type { ResponseStage } from '../stage.js';
+import type { CallEndStage } from '../stage.js';
 
-export function usageStage(usage: UsageMeter): ResponseStage {
+export function usageStage(usage: UsageMeter): CallEndStage {
   return {
     name: 'usage',
-    hook: 'onResponse',
+    hook: 'callEnd',
     run(request, reply) {
       const principal = request.call.principal;
       if (!principal) return;
       const route = request.routeOptions.url ?? 'unknown';
+      // The status sent, or for a call abandoned before its answer, the one it would have had so far.
       usage.record(principal.keyId, route, reply.statusCode);
       const call = request.call;
       const tokens = () => {
