@@ -5,6 +5,7 @@
 // to its end, so this runs at the call's end (lifetime.ts) instead.
 import type { UsageMeter } from '../../usage/index.js';
 import type { CallEndStage } from '../stage.js';
+import { NO_ROUTE } from './audit.js';
 
 export function usageStage(usage: UsageMeter): CallEndStage {
   return {
@@ -13,7 +14,7 @@ export function usageStage(usage: UsageMeter): CallEndStage {
     run(request, reply) {
       const principal = request.call.principal;
       if (!principal) return;
-      const route = request.routeOptions.url ?? 'unknown';
+      const route = request.routeOptions.url ?? NO_ROUTE;
       // The status sent, or for a call abandoned before its answer, the one it would have had so far.
       usage.record(principal.keyId, route, reply.statusCode);
       const call = request.call;
