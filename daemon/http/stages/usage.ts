@@ -11,13 +11,15 @@ export function usageStage(usage: UsageMeter): CallEndStage {
   return {
     name: 'usage',
     hook: 'callEnd',
-    run(request, reply) {
+    run(request, reply, finished) {
       const principal = request.call.principal;
-      if (!principal) return;
-      const route = request.routeOptions.url ?? NO_ROUTE;
-      // The status sent, or for a call abandoned before its answer, the one it would have had so far.
-      usage.record(principal.keyId, route, reply.statusCode);
       const call = request.call;
+      // An abandoned call counts once a model worked for it; one abandoned before (a pipelined call reset with its
+      // connection before it was handled) was never served, and is not counted, as before.
+      if (!principal || (!finished && !call.engineWork)) return;
+      const route = request.routeOptions.url ?? NO_ROUTE;
+      // The status sent, or for a call abandoned before its answer, the one it had so far.
+      usage.record(principal.keyId, route, reply.statusCode);
       const tokens = () => {
         if (call.usedTokens) usage.recordTokens(principal.keyId, route, call.usedTokens - call.completionTokens, call.completionTokens);
       };
