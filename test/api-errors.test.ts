@@ -1,7 +1,8 @@
 // Bad input never crashes the server or gets a 5xx: every case gets OpenAI's error shape, the right status and
 // our headers. Raw HTTP, because the SDK would refuse to send most of this.
+import { readFileSync } from 'node:fs';
 import t, { type Test } from 'tap';
-import { createKey, startDaemon, tempDir } from './helpers/daemon.js';
+import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { ID_HEADERS, parseRawHeaders, rawExchange, request, type RawResponse } from './helpers/http.js';
 
 const dataDir = tempDir(t);
@@ -166,4 +167,30 @@ t.test('a parameter with several accepted forms names them all', async (t) => {
   t.equal(r.status, 400);
   t.equal(r.json.error.param, 'messages[0].content');
   t.match(r.json.error.message, /expected string or array or null/);
+});
+
+t.test('a /v1 path no route serves is a /v1 call like any other: a key first, then an audit entry', async (t) => {
+  // SPEC: a key on every /v1 request, and every authenticated call has an entry (X-Audit-Leaf).
+  const anonymous = await request(`${daemon.baseURL}/no-route-here`);
+  expectError(t, anonymous, 401, 'invalid_api_key');
+  // The path is the client's text: a national ID written in it must not land in the log.
+  const cases: Array<[string, string, number, string]> = [
+    ['GET', `${daemon.baseURL}/no-route/1012345672`, 404, 'not_found'],
+    ['PUT', `${daemon.baseURL}/chat/completions`, 405, 'method_not_allowed'],
+  ];
+  const leaves: Array<[string, number]> = [];
+  for (const [method, url, status, code] of cases) {
+    const r = await request(url, { method, headers: auth });
+    expectError(t, r, status, code);
+    t.match(r.headers['x-audit-leaf'], /^\d+$/, `${method} ${status}: X-Audit-Leaf`);
+    leaves.push([String(r.headers['x-request-id']), Number(r.headers['x-audit-leaf'])]);
+  }
+  const out = `${dataDir}/unknown-route-export`;
+  t.equal(cli(['audit', 'export', '--out', out, '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software' }).code, 0);
+  const entries = readFileSync(`${out}/entries.jsonl`, 'utf8').trim().split('\n');
+  for (const [[requestId, leaf], [method, , status]] of leaves.map((l, i) => [l, cases[i]] as const)) {
+    const entry = JSON.parse(entries[leaf]) as { request_id: string; method: string; status: number; route: string };
+    t.match(entry, { request_id: requestId, method, status }, `${method} ${status}: its entry`);
+  }
+  t.notMatch(entries.join('\n'), /1012345672/, 'the path is not recorded');
 });

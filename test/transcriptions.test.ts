@@ -8,7 +8,7 @@ import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { convert, speech, type Container } from './fixtures/audio.js';
 import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
-import { createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
+import { cli, createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
 
 const dir = tempDir(t);
 const dataDir = join(dir, 'data');
@@ -175,4 +175,20 @@ t.test('long audio is transcribed window by window; a disconnect stops the work'
   t.type(await abandoned, Error, 'the client gave up');
   const after = await client.audio.transcriptions.create({ file: await upload(english), model: 'tiny-whisper', language: 'en' });
   t.type(after.text, 'string', 'the next call is served');
+});
+
+t.test('a transcription’s audit entry names the model it ran on', async (t) => {
+  // docs/audit.md: an entry's `model` is the served model's id.
+  const { response } = await client.audio.transcriptions
+    .create({ file: await upload(english), model: 'tiny-whisper', language: 'en' })
+    .withResponse();
+  const requestId = response.headers.get('x-request-id');
+  const out = join(dir, 'transcription-export');
+  t.equal(cli(['audit', 'export', '--out', out, '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software' }).code, 0);
+  const entry = readFileSync(join(out, 'entries.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as { kind: string; request_id: string; model: string | null; route: string })
+    .find((e) => e.kind === 'call' && e.request_id === requestId);
+  t.match(entry, { route: '/v1/audio/transcriptions', model: 'tiny-whisper' });
 });

@@ -1,4 +1,7 @@
 // What the pipeline learns about a call as it goes through the stages.
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/index.js';
 import type { ApiError } from '../errors/index.js';
 import type { InFlightPlace, KeyQuota } from '../limits/index.js';
@@ -106,4 +109,24 @@ export function noteModelUsed(call: CallContext, model: ServedModel): void {
 export function startedEngineWork(call: CallContext, model: ServedModel, work: Promise<unknown>): void {
   call.engineWork = work;
   noteModelUsed(call, model);
+}
+
+// On the raw message itself, not in a WeakMap (lifetime.ts says why). Node drops the message from its socket's parser
+// once its response has gone, so this keeps nothing of a call that has ended.
+const callRequest = Symbol('sovereign.request');
+type WithRequest = IncomingMessage & { [callRequest]?: FastifyRequest };
+
+/** Marks `request` as the call its raw message carries: an error Node's parser finds in its body is then its own. */
+export function bindRequest(request: FastifyRequest): void {
+  (request.raw as WithRequest)[callRequest] = request;
+}
+
+/**
+ * The call whose body Node's parser was reading on `socket` (its request begun, its body not complete), if any: what
+ * an error the parser finds there interrupts. Node's own request timeout finds the request the same way.
+ */
+export function requestBeingRead(socket: Socket): FastifyRequest | null {
+  const incoming = (socket as Socket & { parser?: { incoming?: WithRequest | null } | null }).parser?.incoming;
+  if (!incoming || incoming.complete) return null;
+  return incoming[callRequest] ?? null;
 }

@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, MESSAGES } from '../errors/index.js';
 import { writeFailureOf, type WriteFailureCode } from '../store/index.js';
+import { requestBeingRead } from './context.js';
 
 interface ValidationIssue {
   instancePath: string;
@@ -125,6 +126,22 @@ export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, hea
     socket.destroy();
     return;
   }
+  // A call whose body the parser was reading: its request line and headers were fine, its body is not. The answer is
+  // that call's, with its request id, and its audit entry records the same (cutOffCall).
+  const call = requestBeingRead(socket);
+  if (call) {
+    const timedOut = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+    const error = timedOut
+      ? new ApiError('request_timeout', 'The request was not received in time. Send the whole request without pausing.')
+      : new ApiError(
+          'invalid_request_error',
+          err.code === 'HPE_INVALID_EOF_STATE'
+            ? 'The request body was cut short: the connection ended before the whole body had arrived. Send the whole body its Content-Length announces.'
+            : 'The request body cannot be read: its framing is malformed (check its chunked encoding and Content-Length). Check what your client sends.',
+        );
+    cutOffCall(call, error, timedOut ? 'Request Timeout' : 'Bad Request', headers);
+    return;
+  }
   let status = 400;
   let reason = 'Bad Request';
   let message = 'Malformed HTTP request (bad request line or header). Check the header names and values your client sends.';
@@ -142,6 +159,22 @@ export function writeClientError(err: NodeJS.ErrnoException, socket: Socket, hea
     message = 'The request was not received in time. Send the whole request without pausing.';
   }
   writeSocketError(socket, status, reason, new ApiError('invalid_request_error', message), headers);
+}
+
+/**
+ * A call whose body cannot be read to its end (it stopped arriving, or Node's parser found it malformed): answered
+ * with `error` straight on its socket, as Node answers its own request timeout, with the call's own request id
+ * (`headers` hold the fixed ones); its audit entry says the same, since the error handler answers with `call.cutOff`
+ * once the body's reading fails. The connection closes once the answer has gone (a client that reads nothing at all
+ * is not waited for long), which ends the call and gives its place back.
+ */
+export function cutOffCall(request: FastifyRequest, error: ApiError, reason: string, headers: Record<string, string>): void {
+  request.call.cutOff = error;
+  const socket = request.raw.socket;
+  writeSocketError(socket, error.status, reason, error, { ...headers, 'X-Request-Id': request.id });
+  const destroy = () => socket.destroy();
+  socket.once('finish', destroy);
+  setTimeout(destroy, 1000).unref();
 }
 
 /** An error in OpenAI's shape written straight to a socket, ending it (for answers outside any response object). */

@@ -3,7 +3,14 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import { registerDashboard, type DashboardDeps } from '../dashboard/index.js';
 import { healthReport } from '../health/index.js';
 import { lazyChildLogger } from '../log/index.js';
@@ -82,13 +89,16 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
   guardServer(app, deps);
 
   answerErrors(app, deps);
-  answerUnknownRoutes(app);
+  const unknownRoute = answerUnknownRoutes(app);
 
   registerLivenessRoute(app);
   registerDashboard(app, dashboardDeps(deps));
   void app.register(
     async (v1) => {
       registerStages(v1, inScope('/v1'));
+      // A /v1 path no route serves is answered inside /v1, so its call meets the /v1 stages like any other: a key is
+      // required (401 without one), and an authenticated call has its audit entry and X-Audit-Leaf.
+      v1.setNotFoundHandler(unknownRoute);
       registerServiceRoutes(v1, deps);
       registerChatRoute(v1, deps);
       registerCompletionsRoute(v1, deps);
@@ -124,8 +134,11 @@ function answerErrors(app: FastifyInstance, deps: AppDeps): void {
   });
 }
 
-/** A path no route serves gets 404; a path served with other methods gets 405 and `Allow`. */
-function answerUnknownRoutes(app: FastifyInstance): void {
+/**
+ * A path no route serves gets 404; a path served with other methods gets 405 and `Allow`. Returns the handler, for
+ * the /v1 scope's own.
+ */
+function answerUnknownRoutes(app: FastifyInstance): (request: FastifyRequest, reply: FastifyReply) => FastifyReply {
   const methodsByPath = new Map<string, Set<string>>();
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
@@ -133,7 +146,7 @@ function answerUnknownRoutes(app: FastifyInstance): void {
     for (const m of methods) set.add(m);
     methodsByPath.set(route.url, set);
   });
-  app.setNotFoundHandler((request, reply) => {
+  const answer = (request: FastifyRequest, reply: FastifyReply): FastifyReply => {
     const path = request.url.split('?')[0] ?? request.url;
     const methods = methodsByPath.get(path);
     if (methods && !methods.has(request.method)) {
@@ -153,7 +166,9 @@ function answerUnknownRoutes(app: FastifyInstance): void {
         `No route ${request.method} ${path}. Every API path starts with /v1 (for example POST /v1/chat/completions).`,
       ),
     );
-  });
+  };
+  app.setNotFoundHandler(answer);
+  return answer;
 }
 
 /** Node-level events fastify does not route: they still get our headers and error shape. */

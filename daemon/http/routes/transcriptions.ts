@@ -51,6 +51,8 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: Transcript
       }
       const { fields, file } = await readParts(request, { fields: FIELDS, maxFileBytes: limit, limitKey: 'speech.maxUploadBytes' });
       const model = deps.catalog.resolve(fields.model, 'transcription');
+      // The model is named in a multipart field, which the resolve-model stage never sees: the audit entry names it.
+      request.call.model = model;
       const engine = deps.engines.get('transcription', model.id);
       if (!engine) throw new ApiError('model_not_ready', `The model '${model.id}' is loading.`, { headers: { 'retry-after': '2' } });
 

@@ -64,8 +64,14 @@ export function loggedModelName(asked: string): string {
   return /[\ud800-\udbff]$/.test(name) ? name.slice(0, -1) : name;
 }
 
+/**
+ * A call to a /v1 path no route serves: its entry names this, not the path, which is the client's text (an ID written
+ * in it must not land in the log).
+ */
+export const NO_ROUTE = '/v1/*';
+
 /** The route a call's entry names: its pattern, not the path with ids in it. */
-const routeOf = (request: FastifyRequest) => request.routeOptions.url ?? request.url.split('?')[0]!;
+const routeOf = (request: FastifyRequest) => request.routeOptions.url ?? NO_ROUTE;
 
 /** Appends the call's entry; null when the call is not audited (no key, or already recorded). */
 export function recordCall(deps: AuditDeps, request: FastifyRequest, status: number, responseSha256: string): Promise<number> | null {

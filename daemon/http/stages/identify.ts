@@ -1,7 +1,7 @@
 // Identify, on every response (404s and errors too, outside /v1 as well): the call's context, the headers fixed for
 // the life of the process, its request id; and 503 while the daemon drains.
 import { ApiError } from '../../errors/index.js';
-import { newCallContext } from '../context.js';
+import { bindRequest, newCallContext } from '../context.js';
 import type { RequestStage } from '../stage.js';
 
 export interface IdentifyDeps {
@@ -17,6 +17,7 @@ export function identifyStage(deps: IdentifyDeps): RequestStage {
     hook: 'onRequest',
     run(request, reply) {
       request.call = newCallContext();
+      bindRequest(request);
       for (const [name, value] of fixed) reply.header(name, value);
       reply.header('x-request-id', request.id);
       if (deps.state.draining) {

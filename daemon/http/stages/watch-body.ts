@@ -2,7 +2,7 @@
 // OpenAI's shape, with the call's own headers, and its connection is closed once that has gone out.
 import { ApiError } from '../../errors/index.js';
 import { BodyIdleWatch } from '../body-idle.js';
-import { writeSocketError } from '../errors.js';
+import { cutOffCall } from '../errors.js';
 import type { RequestStage } from '../stage.js';
 
 export interface WatchBodyDeps {
@@ -17,15 +17,9 @@ export function watchBodyStage(deps: WatchBodyDeps): RequestStage {
       'request_timeout',
       `The request body stopped arriving: nothing came for ${idleMs / 1000} s (timeouts.bodyIdleMs). Send the whole body without pausing.`,
     );
-    // Its audit entry says 408 too (the body's reading then fails, and the error handler reads this).
-    request.call.cutOff = error;
     request.log.info({ idleMs }, 'a request body stopped arriving; the connection is closed');
-    const socket = request.raw.socket;
-    writeSocketError(socket, 408, 'Request Timeout', error, { ...deps.fixedHeaders, 'X-Request-Id': request.id });
-    // Once the answer has gone; a client that reads nothing at all is not waited for long.
-    const destroy = () => socket.destroy();
-    socket.once('finish', destroy);
-    setTimeout(destroy, 1000).unref();
+    // Its audit entry says 408 too (the body's reading then fails, and the error handler reads it).
+    cutOffCall(request, error, 'Request Timeout', deps.fixedHeaders);
   });
   return { name: 'watch body', hook: 'onRequest', run: (request, reply) => watch.watch(request, reply), close: () => watch.close() };
 }
