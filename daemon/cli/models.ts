@@ -18,6 +18,7 @@ import {
 } from '../models/index.js';
 import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
+import { DEMO_LABEL } from '../models/demo.js';
 import { BUILT_IN_ENGINES } from '../service/models.js';
 import { openStore, type Store } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError, type Parsed } from './args.js';
@@ -176,6 +177,7 @@ async function listCommand({ file, json, config, manifest, verifier }: DeviceCal
     headroomBytes: config.models.headroomBytes,
     parallel: config.models.parallel,
     engines: BUILT_IN_ENGINES,
+    posture: config.posture,
     onHashProgress: (id) => progress(json, `verifying ${id}`),
   });
   if (json) printJson(statuses.map((s) => ({ ...s, listed: s.state === 'available' })));
@@ -189,7 +191,8 @@ async function listCommand({ file, json, config, manifest, verifier }: DeviceCal
         fits: s.fits === null ? null : s.fits ? 'yes' : 'no',
         ram: gib(s.requiredRamBytes),
         listed: s.state === 'available' ? 'yes' : 'no',
-        why: s.state === 'available' ? '' : `${s.state}: ${s.reason}`,
+        // A listed demo model says what it is where a model not listed says why.
+        why: s.state !== 'available' ? `${s.state}: ${s.reason}` : s.demo ? DEMO_LABEL : '',
       })),
       ['id', 'capability', 'present', 'verified', 'fits', 'ram', 'listed', 'why'],
     );
