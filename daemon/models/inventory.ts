@@ -102,6 +102,7 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
     const refusal = demoRefusal(entry, options.posture);
     if (refusal !== null) {
       [status.state, status.reason] = ['demo_model', refusal];
+      status.present = existsSync(status.path);
       continue;
     }
     try {

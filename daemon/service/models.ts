@@ -277,7 +277,8 @@ export function startModels(options: {
       const entry = entryOf(s.id);
       if (s.state !== 'available') {
         catalog.remove(s.id);
-        if (s.state !== 'missing') {
+        // A file that is not there is not news (missing, or a demo model this posture would not serve anyway).
+        if (s.present) {
           log.warn({ model: s.id, state: s.state, reason: s.reason }, 'model not listed');
           options.onEvent?.({ type: 'model.not_listed', id: s.id, state: s.state, reason: s.reason, when });
         }
