@@ -23,6 +23,7 @@ const manifest = join(demoDir, 'models-manifest.json');
 const serveFlags = ['--models-dir', demoDir, '--manifest', manifest];
 
 const first = cli(['models', 'demo', '--data-dir', dataDir, '--json']);
+const key = createKey(dataDir);
 
 t.test('models demo writes three models and a manifest marking them, into the data directory by default', async (t) => {
   t.equal(first.code, 0, first.stderr);
@@ -85,7 +86,6 @@ t.test('a second run leaves the files alone; a file in the way stops it, --force
 });
 
 t.test('the device posture serves them through the real engines, labelled as random weights', async (t) => {
-  const key = createKey(dataDir);
   const daemon = await startDaemon(t, first.json.serve.argv.slice(2));
   const health = await waitForModels(daemon.baseURL, key.secret, IDS);
   const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
@@ -134,13 +134,12 @@ t.test('the device posture serves them through the real engines, labelled as ran
 });
 
 t.test('the appliance posture never lists them, and says why', async (t) => {
-  const applianceData = join(dir, 'appliance');
-  mkdirSync(applianceData);
-  const tls = selfSignedCert(applianceData);
-  const config = join(applianceData, 'config.json');
+  // The same data directory (and key), once the device's daemon has stopped.
+  const tls = selfSignedCert(dir);
+  const config = join(dir, 'appliance.json');
   writeFileSync(
     config,
-    JSON.stringify({ posture: 'appliance', listen: { host: '127.0.0.1' }, tls: { cert: tls.cert, key: tls.key }, dataDir: applianceData }),
+    JSON.stringify({ posture: 'appliance', listen: { host: '127.0.0.1' }, tls: { cert: tls.cert, key: tls.key }, dataDir }),
   );
   const reason = /a random-weight demo model is never served on the appliance posture/;
 
@@ -158,7 +157,6 @@ t.test('the appliance posture never lists them, and says why', async (t) => {
   );
   t.match(printed.json.serve.argv, [/bin\/sovereign$/, 'serve', '--posture', 'device', '--config', config]);
 
-  const key = createKey(applianceData);
   const daemon = await startDaemon(t, ['--config', config, ...serveFlags]);
   const headers = { authorization: `Bearer ${key.secret}` };
   // Boot verification runs after the daemon listens: wait until health has a verdict for each of them.
