@@ -1,9 +1,9 @@
-// `sovereign models list|import|bundle-key|bundle|import-bundle` and `sovereign probe`: what the device has, what it
-// can serve and why not, and signed bundles to carry models onto sealed devices.
+// `sovereign models list|import|bundle-key|bundle|import-bundle|demo` and `sovereign probe`: what the device has, what
+// it can serve and why not, signed bundles to carry models onto sealed devices, and random-weight models to try the
+// API with where there are none.
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
-import { llamaRuntime } from '../engines/llama/runtime.js';
 import { inferenceThreads, probeHardware } from '../hardware/index.js';
 import {
   assessModels,
@@ -18,9 +18,11 @@ import {
 } from '../models/index.js';
 import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
+import { DEMO_LABEL } from '../models/demo.js';
 import { BUILT_IN_ENGINES } from '../service/models.js';
 import { openStore, type Store } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError, type Parsed } from './args.js';
+import { demoCommand } from './models-demo.js';
 import { printJson, printTable } from './output.js';
 
 export const MODELS_HELP = `Usage: sovereign models <command> [options]
@@ -40,6 +42,11 @@ Commands:
   import-bundle DIR [--trust FILE ...]
                        check DIR's signature against models.bundleKeys (or the --trust files), then import each
                        model whose size and SHA-256 match the signed bundle and this device's manifest
+  demo [--dir DIR] [--force]
+                       write tiny models with random weights (chat, embeddings, speech to text) and their manifest
+                       into DIR (default: demo-models in the data directory), for trying the API on a machine
+                       without model files; prints how to serve them. Only the device posture serves them. Files
+                       already written are kept; --force writes them again (and replaces other files in the way)
 
 ${COMMON_HELP}`;
 
@@ -63,6 +70,8 @@ function progress(json: boolean, what: string) {
 }
 
 async function runtimeFor(config: Config) {
+  // Loaded here, not with this file: import, bundle and demo never start llama.cpp, and need not load it.
+  const { llamaRuntime } = await import('../engines/llama/runtime.js');
   return llamaRuntime({ gpu: config.models.gpu, threads: inferenceThreads(config.models.threads) });
 }
 
@@ -176,6 +185,7 @@ async function listCommand({ file, json, config, manifest, verifier }: DeviceCal
     headroomBytes: config.models.headroomBytes,
     parallel: config.models.parallel,
     engines: BUILT_IN_ENGINES,
+    posture: config.posture,
     onHashProgress: (id) => progress(json, `verifying ${id}`),
   });
   if (json) printJson(statuses.map((s) => ({ ...s, listed: s.state === 'available' })));
@@ -189,7 +199,8 @@ async function listCommand({ file, json, config, manifest, verifier }: DeviceCal
         fits: s.fits === null ? null : s.fits ? 'yes' : 'no',
         ram: gib(s.requiredRamBytes),
         listed: s.state === 'available' ? 'yes' : 'no',
-        why: s.state === 'available' ? '' : `${s.state}: ${s.reason}`,
+        // A listed demo model says what it is where a model not listed says why.
+        why: s.state !== 'available' ? `${s.state}: ${s.reason}` : s.demo ? DEMO_LABEL : '',
       })),
       ['id', 'capability', 'present', 'verified', 'fits', 'ram', 'listed', 'why'],
     );
@@ -211,6 +222,8 @@ export async function modelsCommand(argv: string[]): Promise<number> {
     out: { type: 'string' },
     key: { type: 'string' },
     trust: { type: 'string', multiple: true },
+    dir: { type: 'string' },
+    force: { type: 'boolean' },
   });
   const values = parsed as ModelsCall['values'];
   const [command, file, ...rest] = positionals;
@@ -220,8 +233,12 @@ export async function modelsCommand(argv: string[]): Promise<number> {
   }
   if (rest.length) throw new UsageError(`unexpected argument '${rest[0]}'`);
   const call: ModelsCall = { file, values, json: values.json === true };
+  if (command !== 'demo' && (values.dir !== undefined || values.force !== undefined))
+    throw new UsageError(`--dir and --force are options of 'models demo', not of 'models ${command}'`);
   if (command === 'bundle-key') return bundleKeyCommand(call);
   const { config } = loadConfig(configFlags(values));
+  // Before the manifest is loaded: the demo writes one, and needs none.
+  if (command === 'demo') return demoCommand(call, config);
   const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
   try {

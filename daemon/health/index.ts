@@ -3,7 +3,7 @@ import type { Config } from '../config/index.js';
 import { isMetered, isSovereign } from '../config/index.js';
 import type { LimitStore } from '../limits/index.js';
 import type { EngineRegistry } from '../engines/index.js';
-import type { ModelCatalog, Readiness } from '../models/index.js';
+import { ownedByShown, type ModelCatalog, type Readiness } from '../models/index.js';
 import type { AuditHealth, AuditService } from '../audit/index.js';
 import type { EgressHealth, EgressService } from '../egress/index.js';
 import type { WriteHealth } from '../store/index.js';
@@ -19,6 +19,8 @@ export interface HealthReport {
     id: string;
     capability: string;
     readiness: Readiness;
+    /** As /v1/models says it: a demo model's says it has random weights, for trying the API. */
+    owned_by: string;
     upstream?: string;
     /** false on the frontier posture (every model there is labelled non-sovereign). */
     sovereign?: boolean;
@@ -86,6 +88,7 @@ export function healthReport(sources: HealthSources): HealthReport {
     id: m.id,
     capability: m.capability,
     readiness: m.readiness,
+    owned_by: ownedByShown(m, isSovereign(config.posture)),
     ...(m.upstream ? { upstream: m.upstream } : {}),
     // On the frontier posture every answer is labelled non-sovereign (X-Sovereign: false, /v1/models), so is every model.
     ...(m.frontier || !isSovereign(config.posture) ? { sovereign: false } : {}),

@@ -31,6 +31,11 @@ export interface ServedModel {
   load?: () => void;
 }
 
+/** owned_by as clients see it (/v1/models, health): on the frontier posture every model says it is non-sovereign. */
+export function ownedByShown(model: Pick<ServedModel, 'ownedBy'>, sovereign: boolean): string {
+  return sovereign ? model.ownedBy : `${model.ownedBy} (non-sovereign)`;
+}
+
 export interface UnavailableModel {
   id: string;
   capability: Capability;

@@ -1,5 +1,6 @@
-export { ModelCatalog, type Readiness, type ServedModel } from './catalog.js';
+export { ModelCatalog, ownedByShown, type Readiness, type ServedModel } from './catalog.js';
 export { assessModels, type Availability, type ModelStatus } from './inventory.js';
+export { DEMO_LABEL, DEMO_POSTURE, demoRefusal, ownedByOf } from './demo.js';
 export {
   CAPABILITIES,
   checkManifest,

@@ -3,7 +3,9 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Llama } from 'node-llama-cpp';
+import type { Posture } from '../config/index.js';
 import type { GpuFacts, HardwareFacts } from '../hardware/index.js';
+import { demoRefusal, ownedByOf } from './demo.js';
 import { headerMismatch } from './header.js';
 import type { EngineName, Manifest, ManifestEntry } from './manifest.js';
 import type { ModelVerifier, Progress } from './verify.js';
@@ -18,7 +20,8 @@ export type Availability =
   | 'engine_unavailable'
   | 'gpu_required'
   | 'unreadable'
-  | 'does_not_fit';
+  | 'does_not_fit'
+  | 'demo_model';
 
 export interface ModelStatus {
   id: string;
@@ -26,6 +29,10 @@ export interface ModelStatus {
   engine: EngineName;
   file: string;
   path: string;
+  /** As clients see it (owned_by): a demo model's says it has random weights. */
+  ownedBy: string;
+  /** A random-weight demo model (`sovereign models demo`), served on the device posture only. */
+  demo: boolean;
   present: boolean;
   verified: boolean;
   fits: boolean | null;
@@ -47,6 +54,8 @@ export interface AssessOptions {
   parallel: number;
   /** Engines this build can run. */
   engines: ReadonlySet<EngineName>;
+  /** The posture that would serve them: demo models are served on `device` only. */
+  posture: Posture;
   onHashProgress?: (id: string) => Progress;
 }
 
@@ -78,6 +87,8 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
       engine: entry.engine,
       file: entry.file,
       path: join(options.modelsDir, entry.file),
+      ownedBy: ownedByOf(entry),
+      demo: entry.demo === true,
       present: false,
       verified: false,
       fits: null,
@@ -87,6 +98,13 @@ export async function assessModels(options: AssessOptions): Promise<ModelStatus[
     };
     out.push(status);
     let verdict: Verdict | null;
+    // Before the file is looked at: whatever state the file is in, this posture does not serve it.
+    const refusal = demoRefusal(entry, options.posture);
+    if (refusal !== null) {
+      [status.state, status.reason] = ['demo_model', refusal];
+      status.present = existsSync(status.path);
+      continue;
+    }
     try {
       // The budget is shared, so fit is decided in manifest order.
       verdict = (await checkFile(entry, status, options)) ?? (await checkFit(entry, status, options, room));

@@ -31,6 +31,11 @@ export interface ManifestEntry {
   gguf?: GgufFacts;
   /** whisper.cpp entries: the ggml file's hyper-parameters. */
   ggml?: GgmlFacts;
+  /**
+   * A model with random weights, written by `sovereign models demo` for trying the API on a machine without model
+   * files: served on the `device` posture only, labelled as such (see demo.ts).
+   */
+  demo?: boolean;
 }
 
 export interface GgufFacts {
@@ -130,6 +135,11 @@ const entrySchema = {
     dimensionsShortenable: { type: 'boolean' },
     gguf: ggufSchema,
     ggml: ggmlSchema,
+    demo: {
+      type: 'boolean',
+      description:
+        'true for a model with random weights (sovereign models demo), for trying the API: served on the device posture only, and labelled so in owned_by',
+    },
   },
 } as const;
 

@@ -13,7 +13,9 @@ import type { WhisperEngine } from '../engines/whisper/engine.js';
 import { inferenceThreads, probeHardware, type HardwareFacts } from '../hardware/index.js';
 import {
   assessModels,
+  demoRefusal,
   ModelVerifier,
+  ownedByOf,
   fileIdentity,
   openModelFile,
   type Availability,
@@ -79,13 +81,16 @@ export function startModels(options: {
   let hardware: HardwareFacts | null = null;
   let disposed = false;
 
-  // Files that are present are 'loading' (being verified) from the first moment, so calls get 503, not 404.
-  const candidates = manifest.models.filter((e) => BUILT_IN_ENGINES.has(e.engine) && existsSync(join(dir, e.file)));
+  // Files that are present are 'loading' (being verified) from the first moment, so calls get 503, not 404. A demo
+  // model this posture never serves is not among them: it is never listed, not even as loading.
+  const candidates = manifest.models.filter(
+    (e) => BUILT_IN_ENGINES.has(e.engine) && demoRefusal(e, config.posture) === null && existsSync(join(dir, e.file)),
+  );
   for (const entry of candidates) {
     catalog.set({
       id: entry.id,
       capability: entry.capability,
-      ownedBy: entry.ownedBy,
+      ownedBy: ownedByOf(entry),
       created: 0,
       readiness: 'loading',
       detail: 'verifying',
@@ -189,6 +194,7 @@ export function startModels(options: {
       reservedBytes,
       parallel: config.models.parallel,
       engines: BUILT_IN_ENGINES,
+      posture: config.posture,
       onHashProgress: (id) => (done, total) => log.info({ model: id, done, total }, `verifying ${Math.round((done / total) * 100)}%`),
     });
   const entryOf = (id: string) => manifest.models.find((m) => m.id === id)!;
@@ -271,7 +277,8 @@ export function startModels(options: {
       const entry = entryOf(s.id);
       if (s.state !== 'available') {
         catalog.remove(s.id);
-        if (s.state !== 'missing') {
+        // A file that is not there is not news (missing, or a demo model this posture would not serve anyway).
+        if (s.present) {
           log.warn({ model: s.id, state: s.state, reason: s.reason }, 'model not listed');
           options.onEvent?.({ type: 'model.not_listed', id: s.id, state: s.state, reason: s.reason, when });
         }
@@ -281,7 +288,7 @@ export function startModels(options: {
       catalog.set({
         id: entry.id,
         capability: entry.capability,
-        ownedBy: entry.ownedBy,
+        ownedBy: ownedByOf(entry),
         created: createdOf(s.path),
         contextTokens: servingContextOf(entry),
         readiness: config.models.load === 'boot' ? 'loading' : 'unloaded',
@@ -339,7 +346,8 @@ export function startModels(options: {
     const due: ManifestEntry[] = [];
     let settling = false;
     for (const s of statuses) {
-      if (s.state === 'available' || s.state === 'engine_unavailable' || retired.has(s.id)) continue;
+      // Neither a file nor a change to it makes a build gain an engine or a demo model servable on this posture.
+      if (s.state === 'available' || s.state === 'engine_unavailable' || s.state === 'demo_model' || retired.has(s.id)) continue;
       const fp = fingerprint(s.path);
       if (fp !== seenAs.get(s.id)) {
         seenAs.set(s.id, fp);

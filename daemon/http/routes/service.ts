@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { isSovereign } from '../../config/index.js';
 import { ApiError } from '../../errors/index.js';
 import { healthReport, type HealthSources } from '../../health/index.js';
-import type { ServedModel } from '../../models/index.js';
+import { ownedByShown, type ServedModel } from '../../models/index.js';
 
 /** What /v1/health and /v1/models need: every one of health's sources. */
 export type ServiceRouteDeps = Required<HealthSources>;
@@ -22,7 +22,7 @@ export function registerServiceRoutes(v1: FastifyInstance, deps: ServiceRouteDep
     id: m.id,
     object: 'model',
     created: m.created,
-    owned_by: sovereign ? m.ownedBy : `${m.ownedBy} (non-sovereign)`,
+    owned_by: ownedByShown(m, sovereign),
   });
 
   // Answered even while the shared rate limiter is down: it is what says so.
