@@ -1,5 +1,5 @@
-// A newcomer's first run, from the repository: `npm start` serves on the defaults, answers the keyless liveness
-// route, and stops on SIGTERM.
+// A newcomer's first run, from the repository: `npm start` serves on the defaults, says where its state lives in its
+// first line (a per-user directory, root's too), answers the keyless liveness route, and stops on SIGTERM.
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -13,7 +13,7 @@ interface LogLine {
   posture?: string;
 }
 
-t.test('npm start serves and drains on SIGTERM', async (t) => {
+t.test('npm start serves, names its data directory first, and drains on SIGTERM', async (t) => {
   const home = tempDir(t);
   const env = {
     ...cleanEnv(),
@@ -26,11 +26,7 @@ t.test('npm start serves and drains on SIGTERM', async (t) => {
     npm_config_cache: join(home, 'npm-cache'),
   };
   // --silent: npm's own banner is not the daemon's; every stdout line is then a log line.
-  const npm = spawn('npm', ['--silent', 'start', '--', '--port', '0', '--data-dir', join(home, 'data')], {
-    cwd: ROOT,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const npm = spawn('npm', ['--silent', 'start', '--', '--port', '0'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<number | null>((res) => npm.once('exit', (code) => res(code)));
   t.teardown(() => {
     if (npm.exitCode === null && npm.signalCode === null) npm.kill('SIGKILL');
@@ -61,6 +57,8 @@ t.test('npm start serves and drains on SIGTERM', async (t) => {
     });
   });
 
+  const dataDir = join(home, '.local', 'share', 'sovereign');
+  t.match(lines[0], { msg: 'sovereign is starting', posture: 'device', dataDir }, 'the first line says where state goes');
   t.match(url, /^http:\/\/127\.0\.0\.1:\d+\/v1$/);
 
   const origin = url.replace(/\/v1$/, '');
