@@ -21,6 +21,7 @@ import whisper from '@fugood/whisper.node';
 import { ApiError } from '../../errors/index.js';
 import type { ManifestEntry } from '../../models/index.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
+import { languageCode } from '../../speech/languages.js';
 import type { TranscriptionEngine, TranscriptionRequest } from '../types.js';
 import { Slots } from '../slots.js';
 
@@ -154,8 +155,7 @@ function releaseWhenSettled(job: Promise<unknown>, graceMs: number, release: () 
 
 function normalizeLanguage(language: string | undefined): string | null {
   if (!language) return null;
-  const code = language.toLowerCase();
-  return code === 'english' ? 'en' : code === 'arabic' ? 'ar' : code;
+  return languageCode(language) ?? language.toLowerCase();
 }
 
 /** Word timings grouped into segments that end at sentence marks (or every 30 words). */
