@@ -2,7 +2,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { configSchema, ConfigError, ENV_OVERRIDES, loadConfig } from '../daemon/config/index.js';
+import { configSchema, ConfigError, defaultDataDir, ENV_OVERRIDES, loadConfig } from '../daemon/config/index.js';
 import { cli, ROOT, tempDir } from './helpers/daemon.js';
 
 const dir = tempDir(t);
@@ -26,6 +26,20 @@ t.test('defaults: device posture on 127.0.0.1:8443 over HTTP', async (t) => {
   const { config } = loadConfig({ dataDir: dir }, {});
   t.match(config, { posture: 'device', listen: { port: 8443 }, region: 'local' });
   t.equal(config.tls, undefined);
+});
+
+t.test("default data directory: systemd's, else the user's own, root's too (never /var/lib outside systemd)", async (t) => {
+  // The suite runs as root on CI and in the development container: the case that used to write /var/lib/sovereign.
+  t.equal(defaultDataDir({ HOME: '/home/ops' }), '/home/ops/.local/share/sovereign');
+  t.equal(defaultDataDir({ HOME: '/root' }), '/root/.local/share/sovereign');
+  t.equal(defaultDataDir({ HOME: '/root', XDG_DATA_HOME: '/srv/data' }), '/srv/data/sovereign');
+  t.equal(defaultDataDir({ HOME: '/root', XDG_DATA_HOME: 'relative' }), '/root/.local/share/sovereign', 'a relative XDG path is ignored');
+  t.equal(defaultDataDir({ HOME: '/root', STATE_DIRECTORY: '/var/lib/sovereign:/var/lib/other' }), '/var/lib/sovereign');
+  // The effective value an operator sees, through the CLI in this process's own user (root here).
+  const home = tempDir(t);
+  const r = cli(['config', 'check', '--json'], { HOME: home, XDG_DATA_HOME: '', STATE_DIRECTORY: '' });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.json.config.dataDir, join(home, '.local', 'share', 'sovereign'));
 });
 
 t.test('unknown keys are rejected by name, nested ones too', async (t) => {

@@ -6,6 +6,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
+import { LANGUAGE_NAMES, languageCode, toVerboseJson } from '../daemon/speech/index.js';
 import { convert, speech, type Container } from './fixtures/audio.js';
 import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
 import { cli, createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
@@ -70,8 +71,26 @@ t.test('language is honoured and reported; detection when absent', async (t) => 
     model: 'tiny-whisper',
     response_format: 'verbose_json',
   });
-  t.type(detected.language, 'string', 'a detected language is reported');
-  t.ok(detected.language.length > 0);
+  // The tiny model detects English whatever it hears (test/fixtures/whisper.ts): named, like a language asked for.
+  t.equal(detected.language, 'english', 'a detected language is reported by name');
+});
+
+t.test('verbose_json names every language whisper can detect, as OpenAI does; requests and engines keep codes', async (t) => {
+  const transcript = (language: string) => ({ language, duration: 1, segments: [], temperature: 0 });
+  const named = (language: string) => toVerboseJson(transcript(language), new Set(['segment'])).language;
+  t.equal(named('ar'), 'arabic');
+  t.equal(named('en'), 'english');
+  t.equal(named('de'), 'german', 'detection may find a language a caller cannot ask for');
+  t.equal(named('yue'), 'cantonese');
+  t.equal(named('ht'), 'haitian creole');
+  t.equal(named('xx'), 'xx', 'a code whisper does not list is passed on as it is');
+  t.equal(Object.keys(LANGUAGE_NAMES).length, 100, "whisper.cpp's list");
+  // What an engine reports (an upstream's verbose_json says names) becomes the code the daemon keeps.
+  t.equal(languageCode('Arabic'), 'ar');
+  t.equal(languageCode('en'), 'en');
+  t.equal(languageCode('haitian creole'), 'ht');
+  t.equal(languageCode('haitian'), 'ht', "whisper.cpp's name for it");
+  t.equal(languageCode('klingon'), null);
 });
 
 t.test('text, srt and vtt', async (t) => {

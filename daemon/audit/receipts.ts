@@ -31,12 +31,16 @@ export function receiptOf(audit: AuditService, leaf: number, visible: (entry: { 
     throw new ApiError(
       'audit_unavailable',
       `Entry ${leaf} is logged, but no checkpoint is signed on this device, so it has no receipt. ${audit.health().problem ?? SIGNER_NOT_PROVISIONED}.`,
+      // The daemon said so at start, and health says so: each call asking is no new failure.
+      { expected: true },
     );
   }
   const covering = audit.checkpoints.covering(leaf);
   if (!covering) {
+    // The normal wait for the next checkpoint, not a failure of the log.
     throw new ApiError('audit_unavailable', `Entry ${leaf} is not in a signed checkpoint yet. Retry in a few seconds.`, {
       headers: { 'retry-after': String(Math.ceil(checkpointMs / 1000) + 1) },
+      expected: true,
     });
   }
   return {

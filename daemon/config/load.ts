@@ -67,12 +67,17 @@ const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']
 
 const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest', 'limits.redis.passwordFile', 'audit.journalDir'];
 
-/** Where state lives when nothing says otherwise: systemd's StateDirectory, else the FHS place, else the user's. */
+/**
+ * Where state lives when nothing says otherwise: systemd's StateDirectory, else the user's own data directory, root
+ * included. A root shell trying the daemon out must not write a system directory; the appliance names
+ * /var/lib/sovereign in its config file and its units, so it never reaches this default.
+ */
 export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
   const fromSystemd = env.STATE_DIRECTORY?.split(':')[0];
   if (fromSystemd) return fromSystemd;
-  if (process.getuid?.() === 0) return '/var/lib/sovereign';
-  return join(env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share'), 'sovereign');
+  // XDG says a relative XDG_DATA_HOME is invalid and must be ignored.
+  const xdg = env.XDG_DATA_HOME && isAbsolute(env.XDG_DATA_HOME) ? env.XDG_DATA_HOME : undefined;
+  return join(xdg ?? join(env.HOME || homedir(), '.local', 'share'), 'sovereign');
 }
 
 function defaults(env: NodeJS.ProcessEnv): Config {

@@ -26,6 +26,12 @@ export const ERRORS = {
 
 export type ErrorCode = keyof typeof ERRORS;
 
+/**
+ * Refusals that are part of normal operation, whoever throws them: a model still loading, the device or a key at its
+ * limit. They are logged at info, not as failures (an operator's alerts watch the error level).
+ */
+const EXPECTED: ReadonlySet<ErrorCode> = new Set(['model_not_ready', 'server_overloaded', 'rate_limit_exceeded']);
+
 export interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: ErrorCode };
 }
@@ -36,11 +42,13 @@ export class ApiError extends Error {
   readonly param: string | null;
   /** Extra response headers this error needs (Retry-After, rate-limit headers). */
   readonly headers: Record<string, string>;
+  /** A refusal in normal operation (logged at info), not a failure of the daemon (a 5xx is logged at error). */
+  readonly expected: boolean;
 
   constructor(
     readonly code: ErrorCode,
     message: string,
-    options: { param?: string | null; headers?: Record<string, string>; type?: string } = {},
+    options: { param?: string | null; headers?: Record<string, string>; type?: string; expected?: boolean } = {},
   ) {
     super(message);
     this.name = 'ApiError';
@@ -48,6 +56,7 @@ export class ApiError extends Error {
     this.type = options.type ?? ERRORS[code].type;
     this.param = options.param ?? null;
     this.headers = options.headers ?? {};
+    this.expected = options.expected ?? EXPECTED.has(code);
   }
 
   toBody(): ErrorBody {

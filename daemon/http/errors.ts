@@ -111,7 +111,10 @@ export function clientGone(request: FastifyRequest): boolean {
 }
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: ApiError): FastifyReply {
-  if (error.status >= 500 && !clientGone(request)) request.log.error({ code: error.code }, 'request failed');
+  if (!clientGone(request)) {
+    if (error.expected) request.log.info({ code: error.code, status: error.status }, 'request refused');
+    else if (error.status >= 500) request.log.error({ code: error.code }, 'request failed');
+  }
   return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody());
 }
 

@@ -57,6 +57,11 @@ export async function startDaemon(
   config: Config,
   logger: FastifyServerOptions['logger'] = loggerOptions(config.log.level),
 ): Promise<Daemon> {
+  // Made first: the audit log and the stores log before the HTTP app exists, and the app logs through it too.
+  const log = createLogger(logger);
+  // Before anything can fail on it: an operator who did not choose the data directory learns where it is, and a
+  // start refused by the directory (not writable, held by another daemon) has a line naming it.
+  log.info({ posture: config.posture, region: config.region, dataDir: config.dataDir }, 'sovereign is starting');
   const https = readTls(config);
   const manifest = loadManifest(manifestPath(config));
   const store = openStore(config.dataDir);
@@ -68,8 +73,6 @@ export async function startDaemon(
     throw err;
   }
   const state: DaemonState = { draining: false, startedAt: Date.now() };
-  // Made first: the audit log and the stores log before the HTTP app exists, and the app logs through it too.
-  const log = createLogger(logger);
   // A full disk fails lmdb's commits, and lmdb's own promises for them would reject unhandled: noted, not fatal.
   const stopAbsorbing = absorbCommitFailures((err) => {
     if (!store.writes.state) log.error({ err: err.message }, 'a database commit failed; calls that write get 503 until it takes writes');

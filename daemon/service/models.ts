@@ -116,7 +116,14 @@ export function startModels(options: {
   let whisperCpp: Promise<WhisperEngine> | undefined;
   const whisperEngine = () =>
     (whisperCpp ??= import('../engines/whisper/engine.js').then(
-      (m) => new m.WhisperEngine({ threads, queue: config.models.queue, gpu: config.models.gpu !== 'off', windowTimeoutMs: 10 * 60_000 }),
+      (m) =>
+        new m.WhisperEngine({
+          threads,
+          queue: config.models.queue,
+          gpu: config.models.gpu !== 'off',
+          windowTimeoutMs: 10 * 60_000,
+          log: (level, line) => log[level]({ engine: 'whisper.cpp' }, line),
+        }),
     ));
 
   const load = async (entry: ManifestEntry, path: string) => {

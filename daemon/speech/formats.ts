@@ -1,5 +1,6 @@
 // A transcript in each of OpenAI's response formats: json ({text}), text, srt, vtt and verbose_json (segments with
 // their times, the language, the duration). Times come from the engine in seconds.
+import { languageName } from './languages.js';
 
 export interface TranscriptSegment {
   /** Seconds from the start of the audio. */
@@ -31,9 +32,6 @@ export interface Transcript {
 export const RESPONSE_FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'] as const;
 export type ResponseFormat = (typeof RESPONSE_FORMATS)[number];
 
-/** OpenAI names languages in verbose_json by their English name. */
-const LANGUAGE_NAMES: Record<string, string> = { ar: 'arabic', en: 'english' };
-
 export function transcriptText(t: Transcript): string {
   return t.segments
     .map((s) => s.text.trim())
@@ -64,7 +62,8 @@ export function toVtt(t: Transcript): string {
 export function toVerboseJson(t: Transcript, granularities: ReadonlySet<string>) {
   return {
     task: 'transcribe',
-    language: LANGUAGE_NAMES[t.language] ?? t.language,
+    // OpenAI names the language by its English name here, while requests name it by its code.
+    language: languageName(t.language),
     duration: Math.round(t.duration * 100) / 100,
     text: transcriptText(t),
     ...(granularities.has('segment')

@@ -10,3 +10,4 @@ export {
   type TranscriptSegment,
   type TranscriptWord,
 } from './formats.js';
+export { LANGUAGE_NAMES, languageCode, languageName } from './languages.js';

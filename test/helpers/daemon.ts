@@ -40,7 +40,7 @@ export function cli(args: string[], env: NodeJS.ProcessEnv = {}, input?: string,
 }
 
 /** The test runner's environment without any SOVEREIGN_* that could leak in from the developer's shell. */
-function cleanEnv(): NodeJS.ProcessEnv {
+export function cleanEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   // NODE_OPTIONS carries the test runner's loaders, which the daemon must not run under.
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('SOVEREIGN_') && k !== 'NODE_OPTIONS') env[k] = v;

@@ -5,6 +5,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { FormData } from 'undici';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
+import { languageCode } from '../../speech/languages.js';
 import type { QueueState, TranscriptionEngine, TranscriptionRequest } from '../types.js';
 import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
@@ -37,9 +38,6 @@ function wav(pcm: Buffer[]): Buffer {
   return Buffer.concat([header, ...pcm]);
 }
 
-/** verbose_json names the language in English ("arabic"); the daemon keeps ISO 639-1 codes. */
-const LANGUAGE_CODES: Record<string, string> = { arabic: 'ar', english: 'en' };
-
 interface VerboseTranscript {
   text?: unknown;
   language?: unknown;
@@ -52,7 +50,7 @@ const num = (v: unknown, fallback: number): number => (typeof v === 'number' && 
 
 function transcriptOf(body: VerboseTranscript, request: TranscriptionRequest, seconds: number): Transcript {
   if (typeof body.text !== 'string') throw new Error('the upstream’s transcript has no text');
-  const language = typeof body.language === 'string' ? (LANGUAGE_CODES[body.language.toLowerCase()] ?? body.language) : request.language;
+  const language = typeof body.language === 'string' ? (languageCode(body.language) ?? body.language) : request.language;
   const duration = num(body.duration, seconds);
   // A server that sends only the text gets one segment spanning the audio.
   const segments: TranscriptSegment[] = Array.isArray(body.segments)

@@ -17,12 +17,15 @@
 //  - Without `language` it assumes English; 'auto' detects (one extra encoder pass, on the first window only: the
 //    language found there is used for the rest, so a recording is transcribed in one language throughout).
 //  - Overlapping jobs on one context stall the event loop: one job per model at a time, others queue (Slots).
+//  - whisper.cpp prints to stderr unless its log callback is routed to JavaScript (native-log.ts).
 import whisper from '@fugood/whisper.node';
 import { ApiError } from '../../errors/index.js';
 import type { ManifestEntry } from '../../models/index.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
+import { languageCode } from '../../speech/languages.js';
 import type { TranscriptionEngine, TranscriptionRequest } from '../types.js';
 import { Slots } from '../slots.js';
+import { routeNativeLog, type NativeLogWriter } from './native-log.js';
 
 type Context = Awaited<ReturnType<typeof whisper.initWhisper>>;
 
@@ -32,6 +35,8 @@ export interface WhisperEngineOptions {
   gpu: boolean;
   /** The longest one window may take before the call fails (a job that never settles must not hold a call forever). */
   windowTimeoutMs: number;
+  /** Where whisper.cpp's own output goes, a line at a time; without it, to stderr. */
+  log?: NativeLogWriter;
 }
 
 /** Languages a caller may name; whisper.cpp's codes (a code it does not know crashes the binding). */
@@ -44,8 +49,12 @@ interface Host {
 
 export class WhisperEngine implements TranscriptionEngine {
   private readonly hosts = new Map<string, Host>();
+  private readonly unrouteLog: () => void;
 
-  constructor(private readonly options: WhisperEngineOptions) {}
+  constructor(private readonly options: WhisperEngineOptions) {
+    // Before the first model loads: the binding turns the route on as it loads whisper.cpp.
+    this.unrouteLog = options.log ? routeNativeLog(options.log) : () => {};
+  }
 
   async load(entry: ManifestEntry, path: string): Promise<void> {
     const context = await whisper.initWhisper({ filePath: path, useGpu: this.options.gpu });
@@ -120,6 +129,7 @@ export class WhisperEngine implements TranscriptionEngine {
     const hosts = [...this.hosts.values()];
     this.hosts.clear();
     for (const host of hosts) await host.context.release();
+    this.unrouteLog();
   }
 }
 
@@ -154,8 +164,7 @@ function releaseWhenSettled(job: Promise<unknown>, graceMs: number, release: () 
 
 function normalizeLanguage(language: string | undefined): string | null {
   if (!language) return null;
-  const code = language.toLowerCase();
-  return code === 'english' ? 'en' : code === 'arabic' ? 'ar' : code;
+  return languageCode(language) ?? language.toLowerCase();
 }
 
 /** Word timings grouped into segments that end at sentence marks (or every 30 words). */

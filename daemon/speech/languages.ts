@@ -1,0 +1,126 @@
+// Whisper's languages: the ISO 639-1 code the API takes and the daemon keeps, and the English name OpenAI's
+// verbose_json reports ("arabic", not "ar"). The codes are whisper.cpp's (g_lang in src/whisper.cpp): any of them can
+// come back from detection, not only the codes a caller may ask for. The names are OpenAI whisper's (LANGUAGES in
+// whisper/tokenizer.py), which is what OpenAI's API answers with; whisper.cpp differs on one ("haitian").
+
+/** Code → name, in whisper's order. */
+export const LANGUAGE_NAMES: Readonly<Record<string, string>> = {
+  en: 'english',
+  zh: 'chinese',
+  de: 'german',
+  es: 'spanish',
+  ru: 'russian',
+  ko: 'korean',
+  fr: 'french',
+  ja: 'japanese',
+  pt: 'portuguese',
+  tr: 'turkish',
+  pl: 'polish',
+  ca: 'catalan',
+  nl: 'dutch',
+  ar: 'arabic',
+  sv: 'swedish',
+  it: 'italian',
+  id: 'indonesian',
+  hi: 'hindi',
+  fi: 'finnish',
+  vi: 'vietnamese',
+  he: 'hebrew',
+  uk: 'ukrainian',
+  el: 'greek',
+  ms: 'malay',
+  cs: 'czech',
+  ro: 'romanian',
+  da: 'danish',
+  hu: 'hungarian',
+  ta: 'tamil',
+  no: 'norwegian',
+  th: 'thai',
+  ur: 'urdu',
+  hr: 'croatian',
+  bg: 'bulgarian',
+  lt: 'lithuanian',
+  la: 'latin',
+  mi: 'maori',
+  ml: 'malayalam',
+  cy: 'welsh',
+  sk: 'slovak',
+  te: 'telugu',
+  fa: 'persian',
+  lv: 'latvian',
+  bn: 'bengali',
+  sr: 'serbian',
+  az: 'azerbaijani',
+  sl: 'slovenian',
+  kn: 'kannada',
+  et: 'estonian',
+  mk: 'macedonian',
+  br: 'breton',
+  eu: 'basque',
+  is: 'icelandic',
+  hy: 'armenian',
+  ne: 'nepali',
+  mn: 'mongolian',
+  bs: 'bosnian',
+  kk: 'kazakh',
+  sq: 'albanian',
+  sw: 'swahili',
+  gl: 'galician',
+  mr: 'marathi',
+  pa: 'punjabi',
+  si: 'sinhala',
+  km: 'khmer',
+  sn: 'shona',
+  yo: 'yoruba',
+  so: 'somali',
+  af: 'afrikaans',
+  oc: 'occitan',
+  ka: 'georgian',
+  be: 'belarusian',
+  tg: 'tajik',
+  sd: 'sindhi',
+  gu: 'gujarati',
+  am: 'amharic',
+  yi: 'yiddish',
+  lo: 'lao',
+  uz: 'uzbek',
+  fo: 'faroese',
+  ht: 'haitian creole',
+  ps: 'pashto',
+  tk: 'turkmen',
+  nn: 'nynorsk',
+  mt: 'maltese',
+  sa: 'sanskrit',
+  lb: 'luxembourgish',
+  my: 'myanmar',
+  bo: 'tibetan',
+  tl: 'tagalog',
+  mg: 'malagasy',
+  as: 'assamese',
+  tt: 'tatar',
+  haw: 'hawaiian',
+  ln: 'lingala',
+  ha: 'hausa',
+  ba: 'bashkir',
+  jw: 'javanese',
+  su: 'sundanese',
+  yue: 'cantonese',
+};
+
+const CODES: Readonly<Record<string, string>> = {
+  ...Object.fromEntries(Object.entries(LANGUAGE_NAMES).map(([code, name]) => [name, code])),
+  // whisper.cpp's own name for it, which a whisper.cpp server behind an upstream may send.
+  haitian: 'ht',
+};
+
+/** The name verbose_json reports for a code; a code whisper does not list is reported as it is. */
+export function languageName(code: string): string {
+  return Object.hasOwn(LANGUAGE_NAMES, code) ? LANGUAGE_NAMES[code]! : code;
+}
+
+/** The code for what an engine reports, a code or a name in any case ("English", "en"); null for anything else. */
+export function languageCode(reported: string): string | null {
+  const lower = reported.trim().toLowerCase();
+  if (Object.hasOwn(LANGUAGE_NAMES, lower)) return lower;
+  return Object.hasOwn(CODES, lower) ? CODES[lower]! : null;
+}
