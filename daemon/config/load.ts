@@ -123,6 +123,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       pdf: { workers: 0, queue: 8, timeoutMs: 60_000, memoryMb: 512 },
     },
     images: { urlTtlSeconds: 3600 },
+    responses: { ttlSeconds: 30 * 24 * 3600 },
     plans: {},
     usage: { billingDays: 400 },
     audit: {

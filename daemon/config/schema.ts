@@ -68,6 +68,7 @@ export interface Config {
     pdf: { workers: number; queue: number; timeoutMs: number; memoryMb: number };
   };
   images: { urlTtlSeconds: number };
+  responses: { ttlSeconds: number };
   usage: { billingDays: number };
   audit: {
     signer: 'tpm' | 'software';
@@ -310,6 +311,17 @@ export const configSchema = {
           'How long an image answered as a url stays available at /v1/images/files/…, in seconds.',
           1,
           7 * 24 * 3600,
+        ),
+      },
+    },
+    responses: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        ttlSeconds: positiveInt(
+          'How long a response made with store: true (/v1/responses) is kept for previous_response_id and GET, in seconds.',
+          60,
+          365 * 24 * 3600,
         ),
       },
     },

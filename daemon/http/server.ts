@@ -23,6 +23,7 @@ import { registerStages } from './stage.js';
 import { registerAuditRoutes, type AuditRouteDeps } from './routes/audit.js';
 import { registerChatRoute, type ChatRouteDeps } from './routes/chat.js';
 import { registerCompletionsRoute, type CompletionsRouteDeps } from './routes/completions.js';
+import { registerResponsesRoutes, type ResponsesRouteDeps } from './routes/responses.js';
 import { registerDocumentRoutes, type DocumentRouteDeps } from './routes/documents.js';
 import { registerEmbeddingsRoute, type EmbeddingsRouteDeps } from './routes/embeddings.js';
 import { registerImageRoutes, type ImageRouteDeps } from './routes/images.js';
@@ -35,6 +36,7 @@ export type AppDeps = PipelineDeps &
   ServiceRouteDeps &
   ChatRouteDeps &
   CompletionsRouteDeps &
+  ResponsesRouteDeps &
   EmbeddingsRouteDeps &
   AuditRouteDeps &
   DocumentRouteDeps &
@@ -102,6 +104,7 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
       registerServiceRoutes(v1, deps);
       registerChatRoute(v1, deps);
       registerCompletionsRoute(v1, deps);
+      registerResponsesRoutes(v1, deps);
       registerEmbeddingsRoute(v1, deps);
       registerAuditRoutes(v1, deps);
       registerDocumentRoutes(v1, deps);

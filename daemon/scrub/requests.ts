@@ -8,7 +8,7 @@ import { ApiError } from '../errors/index.js';
 import type { RedactionType } from './detect.js';
 import type { ScrubSession } from './session.js';
 
-export type BodyKind = 'chat' | 'completion' | 'embeddings' | 'document' | 'query' | 'image' | 'transcription' | 'preview';
+export type BodyKind = 'chat' | 'completion' | 'responses' | 'embeddings' | 'document' | 'query' | 'image' | 'transcription' | 'preview';
 
 /** Deepest nesting of a JSON schema or tool parameters (real ones have a handful of levels). */
 export const MAX_SCHEMA_DEPTH = 64;
@@ -128,6 +128,85 @@ function scrubChat(raw: unknown, session: ScrubSession): void {
   }
 }
 
+/** A Responses API content part: only text is served (the route refuses the others by name). */
+interface ResponsesPart {
+  type: string;
+  text?: string;
+  refusal?: string;
+}
+
+interface ResponsesItem {
+  type?: string;
+  role?: string;
+  content?: string | ResponsesPart[];
+  call_id?: string;
+  name?: string;
+  arguments?: string;
+  output?: string | ResponsesPart[];
+}
+
+interface ResponsesBody {
+  instructions?: string | null;
+  input?: string | ResponsesItem[];
+  tools?: Array<{ type?: string; name?: string; description?: string | null; parameters?: Record<string, unknown> | null }>;
+  tool_choice?: string | { type?: string; name?: string };
+  text?: { format?: { type?: string; schema?: Record<string, unknown> } };
+  metadata?: Record<string, unknown> | null;
+  user?: string;
+}
+
+/**
+ * A Responses API content list as the model reads it: its text parts joined, one text (so that a value cut across two
+ * parts is still one value). Other parts are left for the route to refuse.
+ */
+function responsesText(parts: ResponsesPart[]): string | null {
+  if (!parts.every((p) => typeof p.text === 'string' || typeof p.refusal === 'string')) return null;
+  return parts.map((p) => p.text ?? p.refusal).join('');
+}
+
+/**
+ * Responses: the instructions; every input item's text (a message's content, parts joined; a function call's id and
+ * arguments, as JSON; a function call output's id and output); function tools' descriptions and parameter schemas; the
+ * text format's schema; the metadata kept with a stored response. Names are refused when they hold a value.
+ */
+function scrubResponses(raw: unknown, session: ScrubSession): void {
+  const body = raw as ResponsesBody;
+  if (typeof body.instructions === 'string') body.instructions = session.scrub(body.instructions);
+  if (typeof body.input === 'string') body.input = session.scrub(body.input);
+  else if (Array.isArray(body.input)) {
+    body.input.forEach((item, i) => {
+      if (typeof item.content === 'string') item.content = session.scrub(item.content);
+      else if (Array.isArray(item.content)) {
+        const text = responsesText(item.content);
+        if (text !== null) item.content = [{ type: item.role === 'assistant' ? 'output_text' : 'input_text', text: session.scrub(text) }];
+      }
+      if (typeof item.call_id === 'string') item.call_id = session.scrub(item.call_id);
+      if (typeof item.name === 'string') refuseValues(session, item.name, `input[${i}].name`, NAME_SENT);
+      if (typeof item.arguments === 'string') item.arguments = session.scrubJson(item.arguments);
+      if (typeof item.output === 'string') item.output = session.scrub(item.output);
+      else if (Array.isArray(item.output)) {
+        const text = responsesText(item.output);
+        if (text !== null) item.output = session.scrub(text);
+      }
+    });
+  }
+  body.tools?.forEach((tool, k) => {
+    if (typeof tool.name === 'string') refuseValues(session, tool.name, `tools[${k}].name`, NAME_SENT);
+    if (typeof tool.description === 'string') tool.description = session.scrub(tool.description);
+    if (tool.parameters) tool.parameters = scrubSchema(session, tool.parameters, `tools[${k}].parameters`) as Record<string, unknown>;
+  });
+  if (typeof body.tool_choice === 'object' && typeof body.tool_choice.name === 'string')
+    refuseValues(session, body.tool_choice.name, 'tool_choice.name', NAME_SENT);
+  const format = body.text?.format;
+  if (format?.schema !== undefined) format.schema = scrubSchema(session, format.schema, 'text.format.schema') as Record<string, unknown>;
+  if (body.metadata) {
+    body.metadata = Object.fromEntries(
+      Object.entries(body.metadata).map(([k, v]) => [session.scrub(k), typeof v === 'string' ? session.scrub(v) : v]),
+    );
+  }
+  if (typeof body.user === 'string') body.user = session.scrub(body.user);
+}
+
 interface CompletionBody {
   prompt: string | unknown[];
   suffix?: string | null;
@@ -214,6 +293,7 @@ function scrubPreview(raw: unknown, session: ScrubSession): void {
 export const SCRUB_BODY: Record<BodyKind, (body: unknown, session: ScrubSession) => void> = {
   chat: scrubChat,
   completion: scrubCompletion,
+  responses: scrubResponses,
   embeddings: scrubEmbeddings,
   document: scrubDocument,
   query: scrubQuery,

@@ -23,6 +23,7 @@ import { lockDataDir } from './lock.js';
 import { passedListenFd, systemdNotifier } from './systemd.js';
 import { startModels, type ModelsRuntime } from './models.js';
 import { ImageFiles } from '../images/index.js';
+import { ResponseStore } from '../responses/index.js';
 import { startUpstreams, type UpstreamsRuntime } from './upstreams.js';
 
 export interface Daemon {
@@ -113,6 +114,7 @@ export async function startDaemon(
     pdf: config.documents.pdf,
   });
   const images = new ImageFiles(join(config.dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
+  const responses = new ResponseStore(store, config.responses.ttlSeconds * 1000);
 
   let app: FastifyInstance | undefined;
   let audit: AuditService | undefined;
@@ -145,6 +147,7 @@ export async function startDaemon(
         store,
         documents,
         images,
+        responses,
         egress,
         boots: boots.report,
         upstreams,
@@ -158,6 +161,7 @@ export async function startDaemon(
     await app?.close();
     await usage.close();
     images.close();
+    responses.close();
     await limitStore.close();
     await upstreams?.close();
     await engines.close();
@@ -213,6 +217,7 @@ export async function startDaemon(
         await stopScrubWorker();
         await stopSchemaChecks();
         images.close();
+        responses.close();
         await limitStore.close();
         await usage.close();
         // The egress counts and the CLI's last events, then a last checkpoint covering every entry.

@@ -11,6 +11,7 @@ import { EgressService } from '../../daemon/egress/index.js';
 import { EngineRegistry, type ChatEngine } from '../../daemon/engines/index.js';
 import { buildApp } from '../../daemon/http/index.js';
 import { ImageFiles } from '../../daemon/images/index.js';
+import { ResponseStore } from '../../daemon/responses/index.js';
 import { KeyRegistry } from '../../daemon/keys/index.js';
 import { InFlightGate, KeyLimits } from '../../daemon/limits/index.js';
 import { createLogger } from '../../daemon/log/index.js';
@@ -61,6 +62,7 @@ export async function startStandInApp(
   const audit = await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, log);
   const usage = new UsageMeter(store, () => {}, config.usage.billingDays);
   const images = new ImageFiles(join(dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
+  const responses = new ResponseStore(store, config.responses.ttlSeconds * 1000);
   const app = buildApp(
     {
       config,
@@ -92,6 +94,7 @@ export async function startStandInApp(
         pdf: config.documents.pdf,
       }),
       images,
+      responses,
       // Not started: no guard is installed in the test's own process.
       egress: new EgressService(config, store, log, () => {}),
       boots: new BootLog(store).report,
@@ -104,6 +107,7 @@ export async function startStandInApp(
   t.teardown(async () => {
     await app.close();
     images.close();
+    responses.close();
     await usage.close();
     await audit.close();
     await store.close();

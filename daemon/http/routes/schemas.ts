@@ -148,6 +148,101 @@ export const completionBody = {
   },
 } as const;
 
+const nullable = (schema: Record<string, unknown>) => ({ anyOf: [schema, { type: 'null' }] });
+
+/**
+ * The Responses API. Input items and tools are typed loosely here: the route refuses what it does not serve by name
+ * (responses-input.ts), with a message that says what to send instead.
+ */
+export const responsesBody = {
+  type: 'object',
+  required: ['model'],
+  properties: {
+    model: { type: 'string', minLength: 1, maxLength: 256 },
+    input: {
+      anyOf: [
+        { type: 'string' },
+        {
+          type: 'array',
+          maxItems: 4096,
+          items: {
+            type: 'object',
+            properties: {
+              type: { type: 'string' },
+              role: { type: 'string' },
+              content: {
+                anyOf: [
+                  { type: 'string' },
+                  { type: 'array', items: { type: 'object', required: ['type'], properties: { type: { type: 'string' } } } },
+                ],
+              },
+              call_id: { type: 'string' },
+              name: { type: 'string' },
+              arguments: { type: 'string' },
+              output: { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'object' } }] },
+              id: { type: 'string' },
+            },
+          },
+        },
+      ],
+    },
+    instructions: nullable({ type: 'string' }),
+    tools: nullable({
+      type: 'array',
+      maxItems: 128,
+      items: {
+        type: 'object',
+        required: ['type'],
+        properties: {
+          type: { type: 'string' },
+          name: { type: 'string' },
+          description: nullable({ type: 'string' }),
+          parameters: nullable({ type: 'object' }),
+          strict: { type: ['boolean', 'null'] },
+        },
+      },
+    }),
+    tool_choice: {
+      anyOf: [
+        { enum: ['none', 'auto', 'required'] },
+        { type: 'object', required: ['type'], properties: { type: { type: 'string' }, name: { type: 'string' } } },
+        { type: 'null' },
+      ],
+    },
+    text: nullable({
+      type: 'object',
+      properties: {
+        format: nullable({
+          type: 'object',
+          required: ['type'],
+          properties: {
+            type: { enum: ['text', 'json_object', 'json_schema'] },
+            name: { type: 'string' },
+            schema: { type: 'object' },
+            strict: { type: ['boolean', 'null'] },
+            description: { type: 'string' },
+          },
+        }),
+        verbosity: { type: ['string', 'null'] },
+      },
+    }),
+    temperature: { type: ['number', 'null'], minimum: 0, maximum: 2 },
+    top_p: { type: ['number', 'null'], minimum: 0, maximum: 1 },
+    max_output_tokens: { type: ['integer', 'null'], minimum: 1 },
+    stream: { type: ['boolean', 'null'] },
+    store: { type: ['boolean', 'null'] },
+    previous_response_id: { type: ['string', 'null'], maxLength: 128 },
+    metadata: nullable({ type: 'object', maxProperties: 16, additionalProperties: { type: 'string', maxLength: 512 } }),
+    parallel_tool_calls: { type: ['boolean', 'null'] },
+    truncation: { enum: ['auto', 'disabled', null] },
+    include: nullable({ type: 'array', items: { type: 'string' } }),
+    reasoning: nullable({ type: 'object' }),
+    background: { type: ['boolean', 'null'] },
+    top_logprobs: { type: ['integer', 'null'], minimum: 0, maximum: 20 },
+    user: { type: 'string' },
+  },
+} as const;
+
 export const embeddingsBody = {
   type: 'object',
   required: ['model', 'input'],

@@ -1,0 +1,304 @@
+// A Responses API request as a chat call: what is refused by name, the input items as the conversation's items (with
+// their ids, as they are stored and listed), and the chat request the engine runs. The scrub stage has already
+// scrubbed every text here (scrub/requests.ts, `responses`), joining each content list's text parts into one.
+import { randomBytes } from 'node:crypto';
+import type { ChatMessage, ChatRequest, ToolDefinition } from '../../engines/index.js';
+import { ApiError } from '../../errors/index.js';
+import type { ResponseStore, StoredItem } from '../../responses/index.js';
+
+export interface ContentPart {
+  type: string;
+  text?: string;
+  refusal?: string;
+}
+
+export interface InputItem {
+  type?: string;
+  id?: string;
+  role?: string;
+  content?: string | ContentPart[];
+  call_id?: string;
+  name?: string;
+  arguments?: string;
+  output?: string | ContentPart[];
+}
+
+export interface ResponsesTool {
+  type: string;
+  name?: string;
+  description?: string | null;
+  parameters?: Record<string, unknown> | null;
+  strict?: boolean | null;
+}
+
+export type ResponsesFormat =
+  | { type: 'text' }
+  | { type: 'json_object' }
+  | { type: 'json_schema'; name?: string; schema?: Record<string, unknown>; strict?: boolean | null; description?: string };
+
+export interface ResponsesBody {
+  model: string;
+  input?: string | InputItem[];
+  instructions?: string | null;
+  tools?: ResponsesTool[] | null;
+  tool_choice?: 'none' | 'auto' | 'required' | { type: string; name?: string } | null;
+  text?: { format?: ResponsesFormat | null; verbosity?: string | null } | null;
+  temperature?: number | null;
+  top_p?: number | null;
+  max_output_tokens?: number | null;
+  stream?: boolean | null;
+  store?: boolean | null;
+  previous_response_id?: string | null;
+  metadata?: Record<string, string> | null;
+  parallel_tool_calls?: boolean | null;
+  truncation?: 'auto' | 'disabled' | null;
+  include?: string[] | null;
+  reasoning?: { effort?: string | null; summary?: string | null; generate_summary?: string | null } | null;
+  background?: boolean | null;
+  prompt?: unknown;
+  conversation?: unknown;
+  top_logprobs?: number | null;
+  user?: string;
+}
+
+/** The default ceiling on generated tokens when the client sets none, for the token limit's reservation. */
+export const DEFAULT_MAX_OUTPUT_TOKENS = 1024;
+
+/** Ids of the items we make, in OpenAI's form: a prefix and random hex digits. */
+export function itemId(prefix: 'msg' | 'fc' | 'fco'): string {
+  return `${prefix}_${randomBytes(16).toString('hex')}`;
+}
+
+const refuse = (param: string, message: string): never => {
+  throw new ApiError('invalid_request_error', message, { param });
+};
+
+/**
+ * Fields and items that need what this deployment does not have (OpenAI's hosted tools and stores, reasoning models,
+ * background runs, stored prompts, conversations) are refused by name rather than ignored; so are token probabilities,
+ * which would show the model's raw tokens where scrubbing cannot reach.
+ */
+export function refuseUnserved(body: ResponsesBody): void {
+  body.tools?.forEach((tool, i) => {
+    if (tool.type !== 'function') {
+      refuse(
+        `tools[${i}].type`,
+        `The '${tool.type}' tool is not served here: this deployment has no hosted tools (web search, file search, code interpreter, computer use, image generation, MCP). Use function tools, which your code runs.`,
+      );
+    }
+    if (typeof tool.name !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(tool.name))
+      refuse(`tools[${i}].name`, 'A function tool needs a name of 1 to 64 letters, digits, underscores or dashes.');
+  });
+  const choice = body.tool_choice;
+  if (choice && typeof choice === 'object' && choice.type !== 'function') {
+    refuse('tool_choice', `tool_choice of type '${choice.type}' is not served here: use 'none', 'auto', 'required' or a function.`);
+  }
+  if (body.reasoning && (body.reasoning.effort != null || body.reasoning.summary != null || body.reasoning.generate_summary != null)) {
+    refuse(
+      body.reasoning.effort != null ? 'reasoning.effort' : 'reasoning.summary',
+      "Reasoning options are not supported: the models served here do not produce reasoning or its summaries. Leave out 'reasoning'.",
+    );
+  }
+  if (body.background)
+    refuse(
+      'background',
+      "Background responses are not served here: leave out 'background' (or set it false) and wait for the answer, or stream it.",
+    );
+  if (body.prompt != null) refuse('prompt', "Stored prompt templates are not served here: send the text as 'instructions' and 'input'.");
+  if (body.conversation != null)
+    refuse('conversation', "Conversations are not served here: chain responses with 'previous_response_id' instead.");
+  if ((body.top_logprobs ?? 0) > 0) {
+    refuse(
+      'top_logprobs',
+      "Token log probabilities are not offered: they would show the model's raw tokens, which personal-data scrubbing cannot cover.",
+    );
+  }
+  for (const [i, what] of (body.include ?? []).entries()) {
+    refuse(
+      `include[${i}]`,
+      `'${what}' cannot be included: this deployment serves none of the outputs 'include' adds (log probabilities, hosted tools' results, reasoning, images).`,
+    );
+  }
+  if (Array.isArray(body.input)) body.input.forEach(refuseUnservedItem);
+}
+
+function refuseUnservedItem(item: InputItem, i: number): void {
+  const type = item.type ?? 'message';
+  const parts = (list: unknown, field: string) => {
+    if (!Array.isArray(list)) return;
+    (list as ContentPart[]).forEach((part, p) => {
+      if (typeof part.text !== 'string' && typeof part.refusal !== 'string') {
+        refuse(
+          `input[${i}].${field}[${p}].type`,
+          `Only text content is served here; input[${i}].${field}[${p}] is '${part.type}' (images, files and audio are not). Send text parts ('input_text').`,
+        );
+      }
+    });
+  };
+  switch (type) {
+    case 'message':
+      if (!['user', 'assistant', 'system', 'developer'].includes(item.role ?? '')) {
+        refuse(`input[${i}].role`, `input[${i}] is a message whose role must be 'user', 'assistant', 'system' or 'developer'.`);
+      }
+      if (typeof item.content !== 'string' && !Array.isArray(item.content)) refuse(`input[${i}].content`, `input[${i}] needs 'content'.`);
+      parts(item.content, 'content');
+      return;
+    case 'function_call':
+      if (typeof item.call_id !== 'string' || typeof item.name !== 'string' || typeof item.arguments !== 'string') {
+        refuse(`input[${i}]`, `input[${i}] is a function_call, which needs 'call_id', 'name' and 'arguments' (strings).`);
+      }
+      return;
+    case 'function_call_output':
+      if (typeof item.call_id !== 'string' || (typeof item.output !== 'string' && !Array.isArray(item.output))) {
+        refuse(`input[${i}]`, `input[${i}] is a function_call_output, which needs 'call_id' and 'output'.`);
+      }
+      parts(item.output, 'output');
+      return;
+    case 'item_reference':
+      if (typeof item.id !== 'string') refuse(`input[${i}].id`, `input[${i}] is an item_reference, which needs the item's 'id'.`);
+      return;
+    default:
+      refuse(
+        `input[${i}].type`,
+        `input[${i}] is a '${type}' item, which is not served here: send messages, function calls and their outputs.`,
+      );
+  }
+}
+
+/** Text of content that the scrub stage has joined (one part, or a string). */
+function textOf(content: string | ContentPart[] | undefined): string {
+  if (typeof content === 'string') return content;
+  return (content ?? []).map((p) => p.text ?? p.refusal ?? '').join('');
+}
+
+/**
+ * The request's input as items of the conversation, each with an id, as they are stored and listed: a string input is
+ * one user message; an item_reference is the project's stored item it names.
+ */
+export function inputItems(body: ResponsesBody, store: ResponseStore, project: string): StoredItem[] {
+  const input = body.input ?? [];
+  if (typeof input === 'string') return [message('user', input)];
+  return input.map((item, i) => {
+    switch (item.type ?? 'message') {
+      case 'function_call':
+        return {
+          type: 'function_call',
+          id: itemId('fc'),
+          call_id: item.call_id!,
+          name: item.name!,
+          arguments: item.arguments!,
+          status: 'completed',
+        };
+      case 'function_call_output':
+        return {
+          type: 'function_call_output',
+          id: itemId('fco'),
+          call_id: item.call_id!,
+          output: textOf(item.output),
+          status: 'completed',
+        };
+      case 'item_reference': {
+        const stored = store.item(project, item.id!);
+        if (!stored) {
+          refuse(
+            `input[${i}].id`,
+            `input[${i}] refers to the item '${item.id}', which is not stored for this project (it may have expired or been deleted).`,
+          );
+        }
+        return { ...stored!, id: itemId(stored!.type === 'message' ? 'msg' : stored!.type === 'function_call' ? 'fc' : 'fco') };
+      }
+      default:
+        return message(item.role as ChatMessage['role'], textOf(item.content));
+    }
+  });
+}
+
+function message(role: string, text: string): StoredItem {
+  const assistant = role === 'assistant';
+  return {
+    type: 'message',
+    id: itemId('msg'),
+    role,
+    status: 'completed',
+    content: [assistant ? { type: 'output_text', text, annotations: [] } : { type: 'input_text', text }],
+  };
+}
+
+/**
+ * The conversation as chat messages: the instructions first (only this request's: a previous response's are not
+ * carried over), then every item in order. A function call joins the assistant message before it, so calls made in
+ * one turn are one assistant message, as the model made them.
+ */
+export function chatMessages(instructions: string | null | undefined, items: StoredItem[]): ChatMessage[] {
+  const messages: ChatMessage[] = instructions ? [{ role: 'system', content: instructions }] : [];
+  for (const item of items) {
+    if (item.type === 'message') {
+      messages.push({ role: item.role as ChatMessage['role'], content: textOf(item.content as ContentPart[]) });
+    } else if (item.type === 'function_call') {
+      const call = { id: item.call_id as string, name: item.name as string, arguments: item.arguments as string };
+      const last = messages.at(-1);
+      if (last?.role === 'assistant') (last.toolCalls ??= []).push(call);
+      else messages.push({ role: 'assistant', content: '', toolCalls: [call] });
+    } else if (item.type === 'function_call_output') {
+      messages.push({ role: 'tool', content: item.output as string, toolCallId: item.call_id as string });
+    }
+  }
+  return messages;
+}
+
+/** The engine's request: the conversation, the sampling options, the tools and the answer's format. */
+export function chatRequestOf(body: ResponsesBody, messages: ChatMessage[]): ChatRequest {
+  if (!messages.some((m) => m.role !== 'system')) refuse('input', "Send some 'input' (or a 'previous_response_id' to continue from).");
+  const request: ChatRequest = { messages };
+  if (body.temperature != null) request.temperature = body.temperature;
+  if (body.top_p != null) request.topP = body.top_p;
+  if (body.max_output_tokens != null) request.maxTokens = body.max_output_tokens;
+  const format = body.text?.format;
+  if (format?.type === 'json_object') request.responseFormat = { type: 'json_object' };
+  if (format?.type === 'json_schema') {
+    if (!format.schema) refuse('text.format.schema', "text.format json_schema needs 'schema'.");
+    request.responseFormat = { type: 'json_schema', schema: format.schema! };
+  }
+  const tools: ToolDefinition[] = (body.tools ?? []).map((t) => ({
+    name: t.name!,
+    ...(t.description ? { description: t.description } : {}),
+    ...(t.parameters ? { parameters: t.parameters } : {}),
+  }));
+  if (tools.length) request.tools = tools;
+  const choice = body.tool_choice;
+  if (choice != null) request.toolChoice = typeof choice === 'string' ? choice : { name: choice.name ?? '' };
+  return request;
+}
+
+/** Parameter schemas of the function tools held to them: a Responses function tool is strict unless it says not. */
+export function strictTools(body: ResponsesBody): Map<string, Record<string, unknown>> {
+  const strict = new Map<string, Record<string, unknown>>();
+  for (const tool of body.tools ?? []) if (tool.strict !== false && tool.name) strict.set(tool.name, tool.parameters ?? { type: 'object' });
+  return strict;
+}
+
+/**
+ * Upper bound on a call's tokens before tokenizing (a token is at least one UTF-8 byte). A call that continues a stored
+ * conversation may fill the model's context with it.
+ */
+export function estimateTokens(raw: unknown, context: number | undefined): number {
+  const body = raw as ResponsesBody;
+  let bytes = Buffer.byteLength(body.instructions ?? '') + 16;
+  const text = (s: unknown) => {
+    if (typeof s === 'string') bytes += Buffer.byteLength(s);
+    else if (Array.isArray(s)) for (const part of s as ContentPart[]) bytes += Buffer.byteLength(part.text ?? part.refusal ?? '');
+  };
+  if (typeof body.input === 'string') text(body.input);
+  else {
+    for (const item of body.input ?? []) {
+      bytes += 16;
+      text(item.content);
+      text(item.arguments);
+      text(item.output);
+    }
+  }
+  for (const tool of body.tools ?? []) bytes += Buffer.byteLength(tool.description ?? '') + 256;
+  if (body.previous_response_id) bytes = context ?? bytes + 1_000_000;
+  const completion = body.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
+  return context ? Math.min(bytes, context) + Math.min(completion, context) : bytes + completion;
+}
