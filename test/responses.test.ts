@@ -54,7 +54,7 @@ t.test('instructions and message items with content parts', async (t) => {
     instructions: 'Answer in one word.',
     input: [
       { role: 'user', content: [{ type: 'input_text', text: 'Hi' }] },
-      { role: 'assistant', content: [{ type: 'output_text', text: 'Hello.' }] },
+      { role: 'assistant', content: [{ type: 'output_text', text: 'Hello.', annotations: [] }] } as unknown as OpenAI.Responses.ResponseInputItem,
       { role: 'user', content: 'And again?' },
     ],
     max_output_tokens: 4,
@@ -116,7 +116,7 @@ t.test('streamed: typed events in order, numbered, their text that of the comple
 
 t.test('stored responses: GET, input items, continued by previous_response_id, deleted; each project sees its own', async (t) => {
   const first = await client.responses.create({ model: 'tiny-chat', input: 'My name is Huda.', max_output_tokens: 6, temperature: 0 });
-  t.equal(first.store, true, 'stored by default, as OpenAI does');
+  t.equal((first as unknown as { store: boolean }).store, true, 'stored by default, as OpenAI does');
   const fetched = await client.responses.retrieve(first.id);
   t.same(fetched, first, 'GET returns the response as it was answered');
 
@@ -151,7 +151,7 @@ t.test('stored responses: GET, input items, continued by previous_response_id, d
   t.ok(cannotDelete instanceof OpenAI.NotFoundError);
 
   const unstored = await client.responses.create({ model: 'tiny-chat', input: 'x', max_output_tokens: 2, store: false });
-  t.equal(unstored.store, false);
+  t.equal((unstored as unknown as { store: boolean }).store, false);
   t.ok((await client.responses.retrieve(unstored.id).catch((e) => e)) instanceof OpenAI.NotFoundError, 'store: false keeps nothing');
 
   await client.responses.delete(first.id);
@@ -197,7 +197,7 @@ t.test('function tools: a call as an output item, its result sent back as functi
     model: 'tiny-chat',
     input: [
       { role: 'user', content: 'Weather in Riyadh?' },
-      { type: 'item_reference', id: call.id },
+      { type: 'item_reference', id: call.id! },
       { type: 'function_call_output', call_id: call.call_id, output: '{"celsius": 31}' },
     ],
     tools,

@@ -3,6 +3,8 @@
 // this thread, which is ended at the check's budget.
 import { parentPort } from 'node:worker_threads';
 import { Ajv, type ValidateFunction } from 'ajv';
+import { Ajv2019 } from 'ajv/dist/2019.js';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 
 export interface SchemaCheck {
   id: number;
@@ -23,7 +25,16 @@ export interface SchemaVerdict {
 
 export type SchemaCheckReply = { id: number; verdict: SchemaVerdict } | { ready: true };
 
-const checker = new Ajv({ strict: false, allErrors: false, validateFormats: false });
+const options = { strict: false, allErrors: false, validateFormats: false };
+// By the draft the schema names (zod 4 and pydantic write 2020-12's `$schema`); draft-07 when it names none.
+const checkers = { draft7: new Ajv(options), 2019: new Ajv2019(options), 2020: new Ajv2020(options) };
+
+function checkerFor(schema: Record<string, unknown>): Ajv {
+  const draft = typeof schema.$schema === 'string' ? schema.$schema : '';
+  if (draft.includes('2020-12')) return checkers[2020];
+  if (draft.includes('2019-09')) return checkers[2019];
+  return checkers.draft7;
+}
 
 /**
  * Whether the answer matches the schema. Lenient (not strict): an answer that is not JSON, or a schema the checker
@@ -37,6 +48,7 @@ function verdict(schema: Record<string, unknown>, answer: string, strict: boolea
     return strict ? { matches: false, problem: 'the answer is not complete JSON', unreadable: null } : MATCHES;
   }
   let validate: ValidateFunction;
+  const checker = checkerFor(schema);
   try {
     validate = checker.compile(schema);
   } catch (err) {
