@@ -50,7 +50,7 @@ for (const [label, model] of models) {
       maxRetries: 0,
     });
     t.equal(called.toolCalls.length, 1);
-    const { city } = called.toolCalls[0]!.input as { city: string };
+    const { city } = called.toolCalls[0].input as { city: string };
     t.ok(['Riyadh', 'Jeddah'].includes(city));
     t.same(called.toolResults[0]?.output, { city, celsius: 31 });
 
