@@ -1,19 +1,27 @@
 // POST /v1/completions (OpenAI's legacy text completion) on the real llama.cpp engine with a tiny random-weight model,
 // through the official OpenAI client: buffered and streamed, several prompts, echo, stop, the default length, and the
 // pipeline in front of it (scrubbing of the prompt, the audit leaf), and what is refused by name.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import OpenAI from 'openai';
-import { makeModelFixtures } from './fixtures/models.js';
+import { writeTinyGguf } from './fixtures/gguf.js';
+import { entry, makeModelFixtures } from './fixtures/models.js';
 import { createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
 
 const IBAN = 'SA03 8000 0000 6080 1016 7519';
 
 const dir = tempDir(t);
 const fixtures = makeModelFixtures(dir);
+// A code model: its GGUF declares fill-in-the-middle tokens.
+const code = writeTinyGguf(join(fixtures.modelsDir, 'tiny-code.gguf'), { seed: 11, fim: true });
+const manifest = JSON.parse(readFileSync(fixtures.manifest, 'utf8')) as { models: unknown[] };
+manifest.models.push(entry('tiny-code', 'tiny-code.gguf', 'chat', code));
+writeFileSync(fixtures.manifest, JSON.stringify(manifest));
 const dataDir = `${dir}/data`;
 const key = createKey(dataDir);
 const daemon = await startDaemon(t, ['--data-dir', dataDir, ...fixtures.args]);
-await waitForModels(daemon.baseURL, key.secret, ['tiny-chat']);
+await waitForModels(daemon.baseURL, key.secret, ['tiny-chat', 'tiny-code']);
 const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
 
 t.test('a buffered completion: OpenAI shape, usage, the default of 16 tokens', async (t) => {
@@ -106,6 +114,28 @@ t.test('stop sequences end the text before them', async (t) => {
   const stopped = await client.completions.create({ model: 'tiny-chat', prompt: 'x', max_tokens: 24, temperature: 0, stop });
   t.equal(stopped.choices[0].text, text.slice(0, text.indexOf(stop)));
   t.equal(stopped.choices[0].finish_reason, 'stop');
+});
+
+t.test('fill-in-the-middle: a suffix reaches a model whose GGUF declares FIM tokens, buffered and streamed', async (t) => {
+  const prefix = 'function add(a, b) {\n  return ';
+  const plain = await client.completions.create({ model: 'tiny-code', prompt: prefix, max_tokens: 6, temperature: 0 });
+  const filled = await client.completions.create({ model: 'tiny-code', prompt: prefix, suffix: ';\n}\n', max_tokens: 6, temperature: 0 });
+  t.type(filled.choices[0].text, 'string');
+  t.ok(
+    filled.usage!.prompt_tokens >= plain.usage!.prompt_tokens + 3,
+    `the suffix and the FIM tokens are in the prompt (${plain.usage!.prompt_tokens} without, ${filled.usage!.prompt_tokens} with)`,
+  );
+  let streamed = '';
+  const stream = await client.completions.create({
+    model: 'tiny-code',
+    prompt: prefix,
+    suffix: ';\n}\n',
+    max_tokens: 6,
+    temperature: 0,
+    stream: true,
+  });
+  for await (const chunk of stream) streamed += chunk.choices[0]?.text ?? '';
+  t.equal(streamed, filled.choices[0].text);
 });
 
 t.test('what is not served is refused by name', async (t) => {

@@ -304,6 +304,29 @@ t.test('chat through an upstream running the real engine: buffered and streamed,
   t.ok(rackHealth.json.audit.entries >= rackAuditBefore + 2, 'the upstream saw and audited the calls');
 });
 
+t.test('text completions and the Responses API through an upstream running the real engine', async (t) => {
+  const prompt = `حسابي ${IBAN}:`;
+  const through = await client.completions.create({ model: 'rack-chat', prompt, max_tokens: 6, temperature: 0, echo: true });
+  const direct = await rackClient.completions.create({ model: 'tiny-chat', prompt: 'حسابي [IBAN]:', max_tokens: 6, temperature: 0 });
+  t.equal(through.model, 'rack-chat');
+  t.match(through.id, /^cmpl-req_/);
+  t.equal(through.choices[0].text, `حسابي [IBAN]:${direct.choices[0].text}`, "the rack's text for the scrubbed prompt");
+  t.equal(through.usage!.completion_tokens, direct.usage!.completion_tokens, 'usage from the upstream');
+  let streamed = '';
+  for await (const chunk of await client.completions.create({ model: 'rack-chat', prompt, max_tokens: 6, temperature: 0, stream: true }))
+    streamed += chunk.choices[0]?.text ?? '';
+  t.equal(streamed, direct.choices[0].text);
+
+  const response = await client.responses.create({ model: 'rack-chat', input: 'Hello', max_output_tokens: 6, temperature: 0 });
+  const chat = await rackClient.chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'Hello' }],
+    max_tokens: 6,
+    temperature: 0,
+  });
+  t.equal(response.output_text, chat.choices[0].message.content, 'a response is the rack’s chat answer');
+});
+
 t.test('embeddings through an upstream running the real engine: the same vectors, scrubbed before they leave', async (t) => {
   const input = ['صباح الخير', 'good morning'];
   const through = await client.embeddings.create({ model: 'rack-embed', input });

@@ -135,6 +135,8 @@ export interface TinyModelOptions {
   architecture?: string;
   /** Word pieces added to the vocabulary (which grows the embedding and output tensors with it). */
   extraTokens?: number;
+  /** Declares fill-in-the-middle tokens (prefix, suffix, middle), as code models' GGUFs do. */
+  fim?: boolean;
 }
 
 /** What a manifest entry's `gguf` object says of a file writeTinyGguf wrote. */
@@ -168,6 +170,19 @@ export function tinyGguf(options: TinyModelOptions = {}): { bytes: Buffer; gguf:
     scores.push(-10 - i * 1e-6);
     types.push(1);
   }
+  const fim: Meta[] = [];
+  if (options.fim) {
+    for (const [name, key] of [
+      ['<|fim_prefix|>', 'fim_pre'],
+      ['<|fim_suffix|>', 'fim_suf'],
+      ['<|fim_middle|>', 'fim_mid'],
+    ] as const) {
+      fim.push([`tokenizer.ggml.${key}_token_id`, T.UINT32, tokens.length]);
+      tokens.push(name);
+      scores.push(0);
+      types.push(3);
+    }
+  }
   const nVocab = tokens.length;
   const arch = options.architecture ?? 'llama';
 
@@ -192,6 +207,7 @@ export function tinyGguf(options: TinyModelOptions = {}): { bytes: Buffer; gguf:
     ['tokenizer.ggml.bos_token_id', T.UINT32, SPECIAL.bos],
     ['tokenizer.ggml.eos_token_id', T.UINT32, SPECIAL.imEnd],
     ['tokenizer.chat_template', T.STRING, CHATML_TEMPLATE],
+    ...fim,
   ];
 
   const tensors: Array<{ name: string; dims: number[]; fill: 'one' | 'random' }> = [
