@@ -12,6 +12,10 @@ const addons = [{ dir: join(root, 'native', 'scrub-scan'), output: join('build',
 // npm runs scripts with the path of its own node-gyp in npm_config_node_gyp; outside npm, node-gyp on the PATH.
 const nodeGyp = process.env.npm_config_node_gyp;
 const command = nodeGyp ? [process.execPath, nodeGyp] : ['node-gyp'];
+// The headers of the Node that runs this, where it installed them (Debian's and nodejs.org's builds do, under its
+// prefix): used unless npm's config names others, so that no user's build downloads them.
+const prefix = join(dirname(process.execPath), '..');
+const nodedir = !process.env.npm_config_nodedir && existsSync(join(prefix, 'include', 'node', 'node.h')) ? [`--nodedir=${prefix}`] : [];
 
 for (const { dir, output } of addons) {
   const built = join(dir, output);
@@ -20,11 +24,15 @@ for (const { dir, output } of addons) {
   if (existsSync(built) && statSync(built).mtimeMs >= newest) continue;
   process.stderr.write(`building ${join('native', dir.slice(join(root, 'native').length + 1))} with node-gyp\n`);
   try {
-    execFileSync(command[0], [...command.slice(1), 'rebuild', '--loglevel=warn'], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
+    execFileSync(command[0], [...command.slice(1), 'rebuild', ...nodedir, '--loglevel=warn'], {
+      cwd: dir,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
   } catch (err) {
     process.stderr.write(
       `could not build ${dir}: ${err.message}\n` +
-        'The scrubber needs a C compiler, make and python3 (node-gyp), and Node headers (npm config nodedir).\n',
+        'The scrubber needs a C compiler, make and python3 (node-gyp), and Node headers (npm config nodedir, or the headers\n' +
+        "installed under Node's prefix, include/node).\n",
     );
     process.exit(1);
   }

@@ -54,7 +54,10 @@ t.test('instructions and message items with content parts', async (t) => {
     instructions: 'Answer in one word.',
     input: [
       { role: 'user', content: [{ type: 'input_text', text: 'Hi' }] },
-      { role: 'assistant', content: [{ type: 'output_text', text: 'Hello.', annotations: [] }] } as unknown as OpenAI.Responses.ResponseInputItem,
+      {
+        role: 'assistant',
+        content: [{ type: 'output_text', text: 'Hello.', annotations: [] }],
+      } as unknown as OpenAI.Responses.ResponseInputItem,
       { role: 'user', content: 'And again?' },
     ],
     max_output_tokens: 4,

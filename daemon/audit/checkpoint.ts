@@ -106,9 +106,12 @@ export class Checkpointer {
     return this.db.get(seq);
   }
 
-  /** The first checkpoint whose tree includes leaf `index`, or undefined if none does yet. */
+  /**
+   * The first checkpoint whose tree includes leaf `index`, or undefined if none does yet. Read from the store, as list()
+   * is: a checkpoint is there as soon as its write commits, before the signer hears that it has.
+   */
   covering(index: number): Checkpoint | undefined {
-    const latest = this.latestCheckpoint;
+    const latest = this.list(1)[0];
     if (!latest || latest.size <= index) return undefined;
     // Sizes never shrink, so the covering checkpoints are a suffix: binary search on seq.
     let low = 1;
