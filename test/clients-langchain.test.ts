@@ -18,7 +18,7 @@ const Person = z.object({ name: z.enum(['Huda', 'Omar']), age: z.number().int(),
 
 for (const useResponsesApi of [false, true]) {
   const api = useResponsesApi ? 'Responses API' : 'chat completions';
-  const llm = new ChatOpenAI({ model: 'tiny-chat', maxTokens: 60, temperature: 0, useResponsesApi, ...connection });
+  const llm = new ChatOpenAI({ model: 'tiny-chat', maxTokens: 16, temperature: 0, useResponsesApi, ...connection });
 
   t.test(`${api}: invoke and stream give the same text`, async (t) => {
     const answer = await llm.invoke('Hello');
@@ -30,7 +30,13 @@ for (const useResponsesApi of [false, true]) {
   });
 
   t.test(`${api}: a bound tool is called with valid arguments, and its result is answered`, async (t) => {
-    const withTools = llm.bindTools([weather], { tool_choice: 'weather' });
+    // Room for the call's JSON, token by token.
+    const withTools = new ChatOpenAI({ model: 'tiny-chat', maxTokens: 60, temperature: 0, useResponsesApi, ...connection }).bindTools(
+      [weather],
+      {
+        tool_choice: 'weather',
+      },
+    );
     const call = await withTools.invoke('What is the weather?');
     t.equal(call.tool_calls?.length, 1);
     const [toolCall] = call.tool_calls!;
@@ -44,8 +50,8 @@ for (const useResponsesApi of [false, true]) {
   });
 
   t.test(`${api}: withStructuredOutput parses into the schema every time`, async (t) => {
-    const structured = new ChatOpenAI({ model: 'tiny-chat', maxTokens: 300, useResponsesApi, ...connection }).withStructuredOutput(Person);
-    for (let i = 0; i < 3; i++) {
+    const structured = new ChatOpenAI({ model: 'tiny-chat', maxTokens: 200, useResponsesApi, ...connection }).withStructuredOutput(Person);
+    for (let i = 0; i < 2; i++) {
       const person = await structured.invoke('Describe a person.');
       t.ok(Person.safeParse(person).success, JSON.stringify(person));
     }

@@ -10,7 +10,7 @@ import { startClientDaemon } from './helpers/client-daemon.js';
 const textOf = (content: unknown): string => (typeof content === 'string' ? content : JSON.stringify(content));
 
 const { baseURL, apiKey } = await startClientDaemon(t);
-const llm = new OpenAI({ model: 'tiny-chat', apiKey, baseURL, maxTokens: 80, temperature: 0, maxRetries: 0 });
+const llm = new OpenAI({ model: 'tiny-chat', apiKey, baseURL, maxTokens: 60, temperature: 0, maxRetries: 0 });
 
 t.test('chat and streamed chat give the same text', async (t) => {
   const messages = [{ role: 'user' as const, content: 'Hello' }];
@@ -46,8 +46,8 @@ t.test('a required tool comes back as a tool call with valid input', async (t) =
 
 t.test('structured output with a zod responseFormat parses', async (t) => {
   const Person = z.object({ name: z.enum(['Huda', 'Omar']), age: z.number().int() });
-  const structured = new OpenAI({ model: 'tiny-chat', apiKey, baseURL, maxTokens: 300, maxRetries: 0 });
-  for (let i = 0; i < 3; i++) {
+  const structured = new OpenAI({ model: 'tiny-chat', apiKey, baseURL, maxTokens: 200, maxRetries: 0 });
+  for (let i = 0; i < 2; i++) {
     const answer = await structured.chat({ messages: [{ role: 'user', content: 'A person.' }], responseFormat: Person });
     const text = textOf(answer.message.content);
     t.ok(Person.safeParse(JSON.parse(text)).success, text);

@@ -64,7 +64,7 @@ t.test('chat: runTools calls the named tool with parsed arguments, and the model
 });
 
 t.test('chat: parse with a zod response format', async (t) => {
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < 2; i++) {
     const completion = await client.chat.completions.parse({
       model: 'tiny-chat',
       messages: [{ role: 'user', content: 'A person.' }],

@@ -37,7 +37,7 @@ const person = {
 
 t.test('every strict answer validates: integers without exponents, finite numbers, anyOf', async (t) => {
   const validate = ajv.compile(person);
-  for (let seed = 1; seed <= 6; seed++) {
+  for (let seed = 1; seed <= 4; seed++) {
     const completion = await client.chat.completions.create({
       model: 'tiny-chat',
       messages: [{ role: 'user', content: 'Describe a person as JSON.' }],
@@ -62,7 +62,7 @@ t.test("the client's own parse with a zod schema succeeds every time", async (t)
     ok: z.boolean(),
     note: z.literal('n').nullable(),
   });
-  for (let seed = 1; seed <= 4; seed++) {
+  for (let seed = 1; seed <= 3; seed++) {
     const completion = await client.chat.completions.parse({
       model: 'tiny-chat',
       messages: [{ role: 'user', content: 'A person, please.' }],

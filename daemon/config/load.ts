@@ -49,6 +49,7 @@ export const ENV_OVERRIDES: ReadonlyArray<{ env: string; key: string; type: 'str
   { env: 'SOVEREIGN_MODELS_DIR', key: 'modelsDir', type: 'string' },
   { env: 'SOVEREIGN_MANIFEST', key: 'manifest', type: 'string' },
   { env: 'SOVEREIGN_LOG_LEVEL', key: 'log.level', type: 'string' },
+  { env: 'SOVEREIGN_MODELS_THREADS', key: 'models.threads', type: 'integer' },
   { env: 'SOVEREIGN_SCRUB_OUTPUT', key: 'scrub.output', type: 'boolean' },
   { env: 'SOVEREIGN_AUDIT_SIGNER', key: 'audit.signer', type: 'string' },
   { env: 'SOVEREIGN_AUDIT_TCTI', key: 'audit.tcti', type: 'string' },

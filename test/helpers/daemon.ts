@@ -68,8 +68,10 @@ export async function startDaemon(
 ): Promise<RunningDaemon> {
   const [command, ...rest] = [...prefix, BIN, 'serve', '--port', '0', ...args] as [string, ...string[]];
   const proc = spawn(command, rest, {
-    // Checkpoints are signed by a software key unless a test brings its own TPM (test/audit-tpm.test.ts does).
-    env: { ...cleanEnv(), SOVEREIGN_AUDIT_SIGNER: 'software', ...env },
+    // Checkpoints are signed by a software key unless a test brings its own TPM (test/audit-tpm.test.ts does). One
+    // inference thread: the suite runs two files at a time on two cores, and llama.cpp's threads spin at each step's
+    // barrier, so two daemons of two threads each would take turns by the scheduler's timeslice.
+    env: { ...cleanEnv(), SOVEREIGN_AUDIT_SIGNER: 'software', SOVEREIGN_MODELS_THREADS: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];
