@@ -30,6 +30,7 @@ import {
   refuseUnserved,
   strictTools,
   type ResponsesBody,
+  type ResponsesFormat,
 } from './responses-input.js';
 import { responsesBody } from './schemas.js';
 
@@ -221,8 +222,8 @@ class ResponseShape {
       reasoning: { effort: null, summary: null },
       store: body.store !== false,
       temperature: body.temperature ?? 1,
-      text: { format: body.text?.format ?? { type: 'text' } },
-      tool_choice: body.tool_choice ?? 'auto',
+      text: { format: formatOf(body.text?.format) },
+      tool_choice: toolChoiceOf(body.tool_choice),
       tools: (body.tools ?? []).map((t) => ({
         type: 'function',
         name: t.name,
@@ -259,6 +260,28 @@ class ResponseShape {
       usage: usageObject(result.usage),
     });
   }
+}
+
+/**
+ * The request's text format as the response states it: only the fields OpenAI's format has (what else the client sent
+ * is neither used nor kept, and was never scrubbed).
+ */
+function formatOf(format: ResponsesFormat | null | undefined): ResponsesFormat {
+  if (format?.type === 'json_object') return { type: 'json_object' };
+  if (format?.type !== 'json_schema') return { type: 'text' };
+  return {
+    type: 'json_schema',
+    ...(format.name !== undefined ? { name: format.name } : {}),
+    ...(format.description !== undefined ? { description: format.description } : {}),
+    ...(format.schema !== undefined ? { schema: format.schema } : {}),
+    strict: format.strict ?? null,
+  };
+}
+
+/** The request's tool_choice as the response states it: a mode, or the function it names. */
+function toolChoiceOf(choice: ResponsesBody['tool_choice']): NonNullable<ResponsesBody['tool_choice']> {
+  if (choice == null) return 'auto';
+  return typeof choice === 'string' ? choice : { type: 'function', ...(choice.name !== undefined ? { name: choice.name } : {}) };
 }
 
 function textPart(text: string) {

@@ -1,0 +1,72 @@
+// The Responses API as a hostile or careless client meets it, on the real llama.cpp engine with a tiny random-weight
+// model: what a stored response keeps of fields no model reads, strict tools cut off by the length limit, the fields a
+// refusal names, and paging through input items as the client libraries ask for it.
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import OpenAI from 'openai';
+import { makeModelFixtures } from './fixtures/models.js';
+import { createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
+
+const ID = '1000000008';
+const IBAN = 'SA03 8000 0000 6080 1016 7519';
+
+const dir = tempDir(t);
+const fixtures = makeModelFixtures(dir);
+const dataDir = `${dir}/data`;
+const key = createKey(dataDir);
+const daemon = await startDaemon(t, ['--data-dir', dataDir, ...fixtures.args]);
+await waitForModels(daemon.baseURL, key.secret, ['tiny-chat']);
+const client = new OpenAI({ apiKey: key.secret, baseURL: daemon.baseURL, maxRetries: 0 });
+
+const post = async (path: string, body: unknown) => {
+  const res = await fetch(`${daemon.baseURL}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key.secret}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, text: await res.text() };
+};
+
+const onDisk = (value: string) =>
+  readdirSync(dataDir)
+    .filter((f) => f.startsWith('sovereign.mdb'))
+    .some((f) => readFileSync(join(dataDir, f)).includes(value));
+
+t.test("a stored response keeps only scrubbed text: text.format's name and description, and no unknown fields", async (t) => {
+  const body = {
+    model: 'tiny-chat',
+    input: 'hi',
+    max_output_tokens: 2,
+    text: {
+      format: {
+        type: 'json_schema',
+        name: `person_${ID}`,
+        description: `The customer with IBAN ${IBAN}`,
+        schema: { type: 'object', properties: { name: { type: 'string' } } },
+        note: `national ID ${ID}`,
+      },
+    },
+    tools: [{ type: 'function', name: 'lookup', parameters: { type: 'object', properties: {} }, strict: false }],
+    tool_choice: { type: 'function', name: 'lookup', note: `card of ${ID}` },
+  };
+  const created = await post('/responses', body);
+  t.equal(created.status, 200, created.text);
+  const response = JSON.parse(created.text) as { id: string; text: unknown; tool_choice: unknown };
+  t.same(response.text, {
+    format: {
+      type: 'json_schema',
+      name: 'person_[NATIONAL_ID]',
+      description: 'The customer with IBAN [IBAN]',
+      schema: { type: 'object', properties: { name: { type: 'string' } } },
+      strict: null,
+    },
+  });
+  t.same(response.tool_choice, { type: 'function', name: 'lookup' });
+  const stored = JSON.stringify(await client.responses.retrieve(response.id));
+  t.notOk(stored.includes(ID) || stored.includes('6080 1016 7519'), stored);
+  t.notOk(onDisk(ID) || onDisk('6080 1016 7519'), 'no raw value in the data directory');
+
+  const streamed = await post('/responses', { ...body, stream: true });
+  t.notOk(streamed.text.includes(ID) || streamed.text.includes('6080 1016 7519'), 'nor in the streamed events');
+});
