@@ -70,3 +70,49 @@ t.test("a stored response keeps only scrubbed text: text.format's name and descr
   const streamed = await post('/responses', { ...body, stream: true });
   t.notOk(streamed.text.includes(ID) || streamed.text.includes('6080 1016 7519'), 'nor in the streamed events');
 });
+
+t.test("a strict tool's call cut off by the length limit is withheld, as a strict answer is", async (t) => {
+  const parameters = {
+    type: 'object',
+    properties: { city: { enum: ['Riyadh', 'Jeddah'] } },
+    required: ['city'],
+    additionalProperties: false,
+  };
+  const tools = [{ type: 'function', name: 'forecast', parameters, strict: true }];
+  const cut = await post('/responses', { model: 'tiny-chat', input: 'Weather?', tools, tool_choice: 'required', max_output_tokens: 2 });
+  t.equal(cut.status, 400, cut.text);
+  t.equal(JSON.parse(cut.text).error.param, 'max_output_tokens');
+
+  const streamed = await post('/responses', {
+    model: 'tiny-chat',
+    input: 'Weather?',
+    tools,
+    tool_choice: 'required',
+    max_output_tokens: 2,
+    stream: true,
+  });
+  t.match(streamed.text, /event: error\ndata: \{[^\n]*"param":"max_output_tokens"/);
+  t.match(streamed.text, /event: response\.failed\n/);
+  t.notMatch(streamed.text, /response\.function_call_arguments/, 'no call is sent');
+
+  const chat = await post('/chat/completions', {
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'Weather?' }],
+    tools: [{ type: 'function', function: { name: 'forecast', parameters, strict: true } }],
+    tool_choice: 'required',
+    max_tokens: 2,
+  });
+  t.equal(chat.status, 400, chat.text);
+  t.equal(JSON.parse(chat.text).error.param, 'max_tokens');
+
+  // A tool that is not strict: the call comes back as far as it got, as OpenAI's does.
+  const lenient = await post('/responses', {
+    model: 'tiny-chat',
+    input: 'Weather?',
+    tools: [{ ...tools[0], strict: false }],
+    tool_choice: 'required',
+    max_output_tokens: 2,
+  });
+  t.equal(lenient.status, 200, lenient.text);
+  t.equal(JSON.parse(lenient.text).status, 'incomplete');
+});

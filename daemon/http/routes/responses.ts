@@ -180,7 +180,7 @@ async function respond(
   });
   startedEngineWork(request.call, request.call.model!, work);
   const result = await work;
-  const toolCalls = await settledToolCalls(result.toolCalls, answer);
+  const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
   const text = toolCalls.length && !result.content ? null : await settledContent(result.content, result.finishReason, answer);
   const response = shape.finished(result, text, toolCalls);
   await keep(response);
@@ -331,7 +331,7 @@ function streamEvents(
       event('response.in_progress', { response: shape.object('in_progress', []) }),
     text: (delta) => (messageOpen ? '' : openMessage()) + event('response.output_text.delta', { ...part, delta, logprobs: [] }),
     async closing(result, sent) {
-      const toolCalls = await settledToolCalls(result.toolCalls, answer);
+      const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
       if (!toolCalls.length) await checkStructured(sent, result.finishReason, answer);
       const response = shape.finished(result, messageOpen || !toolCalls.length ? sent : null, toolCalls);
       const hasMessage = response.output[0]?.type === 'message';
