@@ -116,3 +116,22 @@ t.test("a strict tool's call cut off by the length limit is withheld, as a stric
   t.equal(lenient.status, 200, lenient.text);
   t.equal(JSON.parse(lenient.text).status, 'incomplete');
 });
+
+t.test("input items are paged by 'limit' as the client sends it (in the query string)", async (t) => {
+  const input = Array.from({ length: 7 }, (_, i) => ({ role: 'user' as const, content: `m${i}` }));
+  const response = await client.responses.create({ model: 'tiny-chat', input, max_output_tokens: 1 });
+  const first = await client.responses.inputItems.list(response.id, { limit: 3, order: 'asc' });
+  const texts = (page: typeof first) => page.data.map((item) => (item as { content: Array<{ text: string }> }).content[0].text);
+  t.same(texts(first), ['m0', 'm1', 'm2']);
+  t.equal(first.has_more, true);
+  const next = await client.responses.inputItems.list(response.id, { limit: 100, order: 'asc', after: first.data.at(-1)!.id });
+  t.same(texts(next), ['m3', 'm4', 'm5', 'm6']);
+  t.equal(next.has_more, false);
+  for (const limit of ['0', '101', '1.5', 'x']) {
+    const res = await fetch(`${daemon.baseURL}/responses/${response.id}/input_items?limit=${limit}`, {
+      headers: { authorization: `Bearer ${key.secret}` },
+    });
+    t.equal(res.status, 400, `limit=${limit}`);
+    t.equal(((await res.json()) as { error: { param: string } }).error.param, 'limit');
+  }
+});

@@ -63,7 +63,7 @@ export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRout
     if (!(await deps.responses.delete(projectOf(request), id))) throw notStored(id);
     return { id, object: 'response', deleted: true };
   });
-  v1.get<{ Params: { id: string }; Querystring: { after?: string; before?: string; limit?: number; order?: 'asc' | 'desc' } }>(
+  v1.get<{ Params: { id: string }; Querystring: ListQuery }>(
     '/responses/:id/input_items',
     {
       schema: {
@@ -73,7 +73,8 @@ export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRout
           properties: {
             after: { type: 'string' },
             before: { type: 'string' },
-            limit: { type: 'integer', minimum: 1, maximum: 100 },
+            // Query values arrive as text and the app's ajv does not coerce types: 1 to 100, checked by pattern.
+            limit: { type: 'string', pattern: '^(100|[1-9][0-9]?)$' },
             order: { enum: ['asc', 'desc'] },
           },
         },
@@ -106,8 +107,15 @@ function stored(deps: ResponsesRouteDeps, request: FastifyRequest, id: string): 
   return response;
 }
 
+interface ListQuery {
+  after?: string;
+  before?: string;
+  limit?: string;
+  order?: 'asc' | 'desc';
+}
+
 /** OpenAI's list page: newest first unless asked, `after`/`before` an item's id, at most `limit` (20) items. */
-function listPage(items: StoredItem[], query: { after?: string; before?: string; limit?: number; order?: 'asc' | 'desc' }) {
+function listPage(items: StoredItem[], query: ListQuery) {
   let ordered = query.order === 'asc' ? items : [...items].reverse();
   const cursor = (id: string | undefined, param: string) => {
     if (id === undefined) return -1;
@@ -118,7 +126,7 @@ function listPage(items: StoredItem[], query: { after?: string; before?: string;
   const after = cursor(query.after, 'after');
   const before = cursor(query.before, 'before');
   ordered = ordered.slice(after + 1, before === -1 ? undefined : before);
-  const limit = query.limit ?? 20;
+  const limit = Number(query.limit ?? 20);
   const data = ordered.slice(0, limit);
   return { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: ordered.length > limit };
 }
