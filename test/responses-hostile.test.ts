@@ -135,3 +135,54 @@ t.test("input items are paged by 'limit' as the client sends it (in the query st
     t.equal(((await res.json()) as { error: { param: string } }).error.param, 'limit');
   }
 });
+
+t.test("a refusal names the Responses API's field, not the chat call's it became", async (t) => {
+  const cases: Array<[string, Record<string, unknown>, string, RegExp]> = [
+    ['too long for the context', { input: 'word '.repeat(3000) }, 'input', /context length/],
+    [
+      'a schema the grammar cannot enforce',
+      { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object', properties: { a: { not: {} } } } } } },
+      'text.format.schema',
+      /'text\.format\.schema' cannot be enforced/,
+    ],
+    [
+      "a tool's parameters the grammar cannot enforce",
+      { tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: { a: { not: {} } } }, strict: false }] },
+      'tools[0].parameters',
+      /'tools\[0\]\.parameters' cannot be enforced/,
+    ],
+    [
+      'function call arguments that are not JSON',
+      {
+        input: [
+          { role: 'user', content: 'x' },
+          { type: 'function_call', call_id: 'c1', name: 'f', arguments: '{not json' },
+          { type: 'function_call_output', call_id: 'c1', output: 'o' },
+        ],
+      },
+      'input[1].arguments',
+      /not valid JSON/,
+    ],
+    [
+      'the output of a call never made',
+      {
+        input: [
+          { role: 'user', content: 'x' },
+          { type: 'function_call_output', call_id: 'nobody', output: 'o' },
+        ],
+      },
+      'input[1].call_id',
+      /'nobody', which no function_call before it made/,
+    ],
+  ];
+  for (const [what, extra, param, message] of cases) {
+    const res = await post('/responses', { model: 'tiny-chat', input: 'x', max_output_tokens: 2, ...extra });
+    t.equal(res.status, 400, `${what}: ${res.text}`);
+    const error = (JSON.parse(res.text) as { error: { param: string; message: string } }).error;
+    t.equal(error.param, param, what);
+    t.match(error.message, message, what);
+  }
+  const streamed = await post('/responses', { model: 'tiny-chat', input: 'word '.repeat(3000), stream: true });
+  t.equal(streamed.status, 400, 'refused before the stream begins');
+  t.equal((JSON.parse(streamed.text) as { error: { param: string } }).error.param, 'input');
+});

@@ -4,7 +4,7 @@
 // its input items, and continuing from it. The request side is responses-input.ts.
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Config } from '../../config/index.js';
-import type { ChatResult, EngineRegistry, ToolCall, Usage } from '../../engines/index.js';
+import type { ChatCallOptions, ChatResult, EngineRegistry, ToolCall, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import type { ResponseObject, ResponseStore, StoredItem } from '../../responses/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
@@ -22,11 +22,13 @@ import {
   type StreamEvents,
 } from '../answers.js';
 import {
+  asResponsesError,
   chatMessages,
   chatRequestOf,
   estimateTokens,
   inputItems,
   itemId,
+  refuseUnansweredOutputs,
   refuseUnserved,
   strictTools,
   type ResponsesBody,
@@ -152,8 +154,13 @@ async function respond(
     context = previous;
   }
   const input = inputItems(body, deps.responses, project);
+  refuseUnansweredOutputs(context, input);
   const chatRequest = chatRequestOf(body, chatMessages(body.instructions, [...context, ...input]));
   const { engine, modelId } = chatEngineFor(deps.engines, request);
+  const chat = (options: ChatCallOptions) =>
+    engine.chat(modelId, chatRequest, options).catch((err: unknown) => {
+      throw asResponsesError(err);
+    });
   if (body.stream) await recordStreamStart(deps, request);
 
   const format = body.text?.format;
@@ -173,7 +180,7 @@ async function respond(
 
   if (body.stream) {
     return streamAnswer(request, reply, {
-      run: (options) => engine.chat(modelId, chatRequest, options),
+      run: chat,
       events: streamEvents(shape, answer, keep),
       answer,
       onUsage: usageRecorder(request),
@@ -181,7 +188,7 @@ async function respond(
     });
   }
 
-  const work = engine.chat(modelId, chatRequest, {
+  const work = chat({
     onText: () => {},
     signal: abortOnDisconnect(request, reply),
     onUsage: usageRecorder(request),
