@@ -186,3 +186,26 @@ t.test("a refusal names the Responses API's field, not the chat call's it became
   t.equal(streamed.status, 400, 'refused before the stream begins');
   t.equal((JSON.parse(streamed.text) as { error: { param: string } }).error.param, 'input');
 });
+
+t.test('a $ref to a definition the schema does not have is refused before anything is generated', async (t) => {
+  const schema = { type: 'object', properties: { a: { $ref: '#/$defs/missing' } }, $defs: { present: { type: 'string' } } };
+  for (const strict of [true, false]) {
+    const res = await post('/responses', {
+      model: 'tiny-chat',
+      input: 'x',
+      max_output_tokens: 4,
+      text: { format: { type: 'json_schema', name: 'x', schema, strict } },
+    });
+    t.equal(res.status, 400, res.text);
+    const error = (JSON.parse(res.text) as { error: { param: string; message: string } }).error;
+    t.equal(error.param, 'text.format.schema');
+    t.match(error.message, /'#\/\$defs\/missing' \(at the root\.properties\.a\) names a definition the schema does not have/);
+  }
+  const chat = await post('/chat/completions', {
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'x' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+  });
+  t.equal(chat.status, 400, chat.text);
+  t.equal((JSON.parse(chat.text) as { error: { param: string } }).error.param, 'response_format.json_schema.schema');
+});
