@@ -93,9 +93,13 @@ export class AnswerScrubFailed extends Error {
 /**
  * Tool calls: their arguments are JSON, scrubbed as such whatever the answer's format; their ids and names are the
  * model's text too (an upstream's model chooses them), scrubbed like any text. A strict tool's arguments are checked
- * against its parameters.
+ * against its parameters; a call cut off by the length limit whose tool is strict, or that was cut off before its name
+ * was written (so it may be a strict tool's), is withheld, as a strict answer cut off is.
  */
-export async function settledToolCalls(calls: ToolCall[], answer: Answering): Promise<ToolCall[]> {
+export async function settledToolCalls(calls: ToolCall[], finishReason: string, answer: Answering): Promise<ToolCall[]> {
+  if (finishReason === 'length' && calls.some((c) => answer.strictTools.has(c.name) || (answer.strictTools.size && !c.name))) {
+    throw cutOff(answer, 'call to a strict tool');
+  }
   let settled = calls;
   const scrubbing = answer.scrubbing;
   if (scrubbing) {
@@ -145,16 +149,19 @@ export async function checkStructured(content: string, finishReason: string, ans
   const schema = answer.schema;
   if (!schema) return;
   if (schema.strict) {
-    if (finishReason === 'length') {
-      throw new ApiError(
-        'invalid_request_error',
-        `The structured answer reached the length limit before its JSON was complete, so it was withheld. Raise '${answer.lengthParam}' (or shorten the input).`,
-        { param: answer.lengthParam },
-      );
-    }
+    if (finishReason === 'length') throw cutOff(answer, 'structured answer');
     return checkSchema(content, schema, 'its answer');
   }
   if (answer.scrubbing?.json?.quoted) return checkSchema(content, schema, 'its answer', true);
+}
+
+/** A strict answer (or call) the length limit cut off: its JSON is not whole, so it cannot match. */
+function cutOff(answer: Answering, what: string): ApiError {
+  return new ApiError(
+    'invalid_request_error',
+    `The ${what} reached the length limit before its JSON was complete, so it was withheld. Raise '${answer.lengthParam}' (or shorten the input).`,
+    { param: answer.lengthParam },
+  );
 }
 
 async function checkSchema(json: string, schema: AnswerSchema, what: string, placeholders = false): Promise<void> {

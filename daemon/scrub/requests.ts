@@ -150,7 +150,7 @@ interface ResponsesBody {
   input?: string | ResponsesItem[];
   tools?: Array<{ type?: string; name?: string; description?: string | null; parameters?: Record<string, unknown> | null }>;
   tool_choice?: string | { type?: string; name?: string };
-  text?: { format?: { type?: string; schema?: Record<string, unknown> } };
+  text?: { format?: { type?: string; name?: string; description?: string; schema?: Record<string, unknown> } };
   metadata?: Record<string, unknown> | null;
   user?: string;
 }
@@ -167,7 +167,8 @@ function responsesText(parts: ResponsesPart[]): string | null {
 /**
  * Responses: the instructions; every input item's text (a message's content, parts joined; a function call's id and
  * arguments, as JSON; a function call output's id and output); function tools' descriptions and parameter schemas; the
- * text format's schema; the metadata kept with a stored response. Names are refused when they hold a value.
+ * text format's schema; the text format's name and description and the metadata, kept with a stored response. Names
+ * are refused when they hold a value.
  */
 function scrubResponses(raw: unknown, session: ScrubSession): void {
   const body = raw as ResponsesBody;
@@ -199,6 +200,9 @@ function scrubResponses(raw: unknown, session: ScrubSession): void {
     refuseValues(session, body.tool_choice.name, 'tool_choice.name', NAME_SENT);
   const format = body.text?.format;
   if (format?.schema !== undefined) format.schema = scrubSchema(session, format.schema, 'text.format.schema') as Record<string, unknown>;
+  // Not sent to a model, but stored with the response and answered back.
+  if (typeof format?.name === 'string') format.name = session.scrub(format.name);
+  if (typeof format?.description === 'string') format.description = session.scrub(format.description);
   if (body.metadata) {
     body.metadata = Object.fromEntries(
       Object.entries(body.metadata).map(([k, v]) => [session.scrub(k), typeof v === 'string' ? session.scrub(v) : v]),

@@ -28,7 +28,7 @@ function refuse(param: string, why: string): never {
   });
 }
 
-function translate(schema: unknown, param: string, at: string): unknown {
+function translate(schema: unknown, param: string, at: string, defs: ReadonlySet<string>): unknown {
   if (schema === true) return ANY;
   if (schema === false) refuse(param, `${at} is false (no value matches it)`);
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) refuse(param, `${at} is not a schema`);
@@ -42,16 +42,17 @@ function translate(schema: unknown, param: string, at: string): unknown {
     if ((SCHEMA_MAPS as readonly string[]).includes(key) && value && typeof value === 'object') {
       const target = key === 'definitions' ? '$defs' : key;
       out[target] = Object.fromEntries(
-        Object.entries(value as Record<string, unknown>).map(([name, sub]) => [name, translate(sub, param, `${at}.${key}.${name}`)]),
+        Object.entries(value as Record<string, unknown>).map(([name, sub]) => [name, translate(sub, param, `${at}.${key}.${name}`, defs)]),
       );
     } else if ((SCHEMA_LISTS as readonly string[]).includes(key) && Array.isArray(value)) {
-      out[key === 'anyOf' ? 'oneOf' : key] = value.map((sub, i) => translate(sub, param, `${at}.${key}[${i}]`));
+      out[key === 'anyOf' ? 'oneOf' : key] = value.map((sub, i) => translate(sub, param, `${at}.${key}[${i}]`, defs));
     } else if (key === 'items' || key === 'additionalProperties') {
-      out[key] = typeof value === 'boolean' ? value : translate(value, param, `${at}.${key}`);
+      out[key] = typeof value === 'boolean' ? value : translate(value, param, `${at}.${key}`, defs);
     } else if (key === '$ref') {
       if (typeof value !== 'string') refuse(param, `${at}.$ref is not a string`);
       const local = /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(value);
       if (!local) refuse(param, `'$ref' '${value}' (at ${at}) is not a reference to '#/$defs/NAME'`);
+      if (!defs.has(local[1]!)) refuse(param, `'$ref' '${value}' (at ${at}) names a definition the schema does not have`);
       out.$ref = `#/$defs/${local[1]}`;
     } else {
       out[key] = value;
@@ -64,14 +65,22 @@ function translate(schema: unknown, param: string, at: string): unknown {
   if (allOf !== undefined) {
     if (!Array.isArray(allOf) || allOf.length !== 1) refuse(param, `'allOf' (at ${at}) with more than one schema is not supported`);
     // A lone allOf (zod and pydantic wrap a reference with a description so) is the schema it holds.
-    return { ...out, ...(translate(allOf[0], param, `${at}.allOf[0]`) as Record<string, unknown>) };
+    return { ...out, ...(translate(allOf[0], param, `${at}.allOf[0]`, defs) as Record<string, unknown>) };
   }
   return out;
 }
 
 /** The schema in the subset node-llama-cpp compiles; refuses (400, naming `param`) what it cannot express. */
 export function grammarSchema(schema: unknown, param: string): GbnfJsonSchema {
-  return translate(schema, param, 'the root') as GbnfJsonSchema;
+  // What a local $ref may name: the root's definitions (node-llama-cpp reads any other as "any value").
+  const defs = new Set<string>();
+  if (schema && typeof schema === 'object') {
+    for (const key of ['$defs', 'definitions']) {
+      const found = (schema as Record<string, unknown>)[key];
+      if (found && typeof found === 'object') for (const name of Object.keys(found)) defs.add(name);
+    }
+  }
+  return translate(schema, param, 'the root', defs) as GbnfJsonSchema;
 }
 
 const INTEGER_RULE = /^integer-number-rule ::= .*$/m;

@@ -202,7 +202,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
       const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: abortOnDisconnect(request, reply), onUsage });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
-      const toolCalls = await settledToolCalls(result.toolCalls, answer);
+      const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
       const content = toolCalls.length ? null : await settledContent(result.content, result.finishReason, answer);
       return {
         id,
@@ -249,7 +249,7 @@ function chunkEvents(id: string, created: number, modelId: string, includeUsage:
     opening: () => chunk(choice({ role: 'assistant', content: '' })),
     text: (content) => chunk(choice({ content })),
     async closing(result, sent) {
-      const toolCalls = await settledToolCalls(result.toolCalls, answer);
+      const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
       if (!toolCalls.length) await checkStructured(sent, result.finishReason, answer);
       let events = toolCalls.length ? chunk(choice({ tool_calls: wireToolCalls(toolCalls, true) })) : '';
       events += chunk(choice({}, result.finishReason));

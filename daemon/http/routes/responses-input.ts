@@ -147,6 +147,11 @@ function refuseUnservedItem(item: InputItem, i: number): void {
       if (typeof item.call_id !== 'string' || typeof item.name !== 'string' || typeof item.arguments !== 'string') {
         refuse(`input[${i}]`, `input[${i}] is a function_call, which needs 'call_id', 'name' and 'arguments' (strings).`);
       }
+      try {
+        JSON.parse(item.arguments!);
+      } catch {
+        refuse(`input[${i}].arguments`, `input[${i}].arguments is not valid JSON: send the arguments as the model wrote them.`);
+      }
       return;
     case 'function_call_output':
       if (typeof item.call_id !== 'string' || (typeof item.output !== 'string' && !Array.isArray(item.output))) {
@@ -211,6 +216,43 @@ export function inputItems(body: ResponsesBody, store: ResponseStore, project: s
         return message(item.role as ChatMessage['role'], textOf(item.content));
     }
   });
+}
+
+/**
+ * Every function call output in the input answers a call made before it, in the conversation it continues or in the
+ * input itself (OpenAI refuses the others too).
+ */
+export function refuseUnansweredOutputs(context: StoredItem[], input: StoredItem[]): void {
+  const called = new Set(context.filter((item) => item.type === 'function_call').map((item) => item.call_id));
+  input.forEach((item, i) => {
+    if (item.type === 'function_call') called.add(item.call_id);
+    else if (item.type === 'function_call_output' && !called.has(item.call_id)) {
+      refuse(
+        `input[${i}].call_id`,
+        `input[${i}] is the output of the call '${String(item.call_id)}', which no function_call before it made (in this input or the conversation it continues).`,
+      );
+    }
+  });
+}
+
+/** The engine names chat's fields when it refuses a request; these are the Responses API's fields they come from. */
+const CHAT_FIELDS: Array<[RegExp, (match: RegExpExecArray) => string]> = [
+  [/^messages$/, () => 'input'],
+  [/^response_format\.json_schema\.schema$/, () => 'text.format.schema'],
+  [/^tools\[(\d+)\]\.function\.parameters$/, (match) => `tools[${match[1]}].parameters`],
+];
+
+/** An engine's refusal of the chat call a Responses request became, naming the field of the request the client sent. */
+export function asResponsesError(err: unknown): unknown {
+  if (!(err instanceof ApiError) || err.param === null) return err;
+  for (const [chat, responses] of CHAT_FIELDS) {
+    const match = chat.exec(err.param);
+    if (!match) continue;
+    const param = responses(match);
+    const message = err.message.replaceAll(`'${err.param}'`, `'${param}'`);
+    return new ApiError(err.code, message, { param, headers: err.headers, type: err.type, expected: err.expected });
+  }
+  return err;
 }
 
 function message(role: string, text: string): StoredItem {

@@ -4,7 +4,7 @@
 // its input items, and continuing from it. The request side is responses-input.ts.
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Config } from '../../config/index.js';
-import type { ChatResult, EngineRegistry, ToolCall, Usage } from '../../engines/index.js';
+import type { ChatCallOptions, ChatResult, EngineRegistry, ToolCall, Usage } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import type { ResponseObject, ResponseStore, StoredItem } from '../../responses/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
@@ -22,14 +22,17 @@ import {
   type StreamEvents,
 } from '../answers.js';
 import {
+  asResponsesError,
   chatMessages,
   chatRequestOf,
   estimateTokens,
   inputItems,
   itemId,
+  refuseUnansweredOutputs,
   refuseUnserved,
   strictTools,
   type ResponsesBody,
+  type ResponsesFormat,
 } from './responses-input.js';
 import { responsesBody } from './schemas.js';
 
@@ -62,7 +65,7 @@ export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRout
     if (!(await deps.responses.delete(projectOf(request), id))) throw notStored(id);
     return { id, object: 'response', deleted: true };
   });
-  v1.get<{ Params: { id: string }; Querystring: { after?: string; before?: string; limit?: number; order?: 'asc' | 'desc' } }>(
+  v1.get<{ Params: { id: string }; Querystring: ListQuery }>(
     '/responses/:id/input_items',
     {
       schema: {
@@ -72,7 +75,8 @@ export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRout
           properties: {
             after: { type: 'string' },
             before: { type: 'string' },
-            limit: { type: 'integer', minimum: 1, maximum: 100 },
+            // Query values arrive as text and the app's ajv does not coerce types: 1 to 100, checked by pattern.
+            limit: { type: 'string', pattern: '^(100|[1-9][0-9]?)$' },
             order: { enum: ['asc', 'desc'] },
           },
         },
@@ -105,8 +109,15 @@ function stored(deps: ResponsesRouteDeps, request: FastifyRequest, id: string): 
   return response;
 }
 
+interface ListQuery {
+  after?: string;
+  before?: string;
+  limit?: string;
+  order?: 'asc' | 'desc';
+}
+
 /** OpenAI's list page: newest first unless asked, `after`/`before` an item's id, at most `limit` (20) items. */
-function listPage(items: StoredItem[], query: { after?: string; before?: string; limit?: number; order?: 'asc' | 'desc' }) {
+function listPage(items: StoredItem[], query: ListQuery) {
   let ordered = query.order === 'asc' ? items : [...items].reverse();
   const cursor = (id: string | undefined, param: string) => {
     if (id === undefined) return -1;
@@ -117,7 +128,7 @@ function listPage(items: StoredItem[], query: { after?: string; before?: string;
   const after = cursor(query.after, 'after');
   const before = cursor(query.before, 'before');
   ordered = ordered.slice(after + 1, before === -1 ? undefined : before);
-  const limit = query.limit ?? 20;
+  const limit = Number(query.limit ?? 20);
   const data = ordered.slice(0, limit);
   return { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: ordered.length > limit };
 }
@@ -143,8 +154,13 @@ async function respond(
     context = previous;
   }
   const input = inputItems(body, deps.responses, project);
+  refuseUnansweredOutputs(context, input);
   const chatRequest = chatRequestOf(body, chatMessages(body.instructions, [...context, ...input]));
   const { engine, modelId } = chatEngineFor(deps.engines, request);
+  const chat = (options: ChatCallOptions) =>
+    engine.chat(modelId, chatRequest, options).catch((err: unknown) => {
+      throw asResponsesError(err);
+    });
   if (body.stream) await recordStreamStart(deps, request);
 
   const format = body.text?.format;
@@ -164,7 +180,7 @@ async function respond(
 
   if (body.stream) {
     return streamAnswer(request, reply, {
-      run: (options) => engine.chat(modelId, chatRequest, options),
+      run: chat,
       events: streamEvents(shape, answer, keep),
       answer,
       onUsage: usageRecorder(request),
@@ -172,14 +188,14 @@ async function respond(
     });
   }
 
-  const work = engine.chat(modelId, chatRequest, {
+  const work = chat({
     onText: () => {},
     signal: abortOnDisconnect(request, reply),
     onUsage: usageRecorder(request),
   });
   startedEngineWork(request.call, request.call.model!, work);
   const result = await work;
-  const toolCalls = await settledToolCalls(result.toolCalls, answer);
+  const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
   const text = toolCalls.length && !result.content ? null : await settledContent(result.content, result.finishReason, answer);
   const response = shape.finished(result, text, toolCalls);
   await keep(response);
@@ -221,8 +237,8 @@ class ResponseShape {
       reasoning: { effort: null, summary: null },
       store: body.store !== false,
       temperature: body.temperature ?? 1,
-      text: { format: body.text?.format ?? { type: 'text' } },
-      tool_choice: body.tool_choice ?? 'auto',
+      text: { format: formatOf(body.text?.format) },
+      tool_choice: toolChoiceOf(body.tool_choice),
       tools: (body.tools ?? []).map((t) => ({
         type: 'function',
         name: t.name,
@@ -259,6 +275,28 @@ class ResponseShape {
       usage: usageObject(result.usage),
     });
   }
+}
+
+/**
+ * The request's text format as the response states it: only the fields OpenAI's format has (what else the client sent
+ * is neither used nor kept, and was never scrubbed).
+ */
+function formatOf(format: ResponsesFormat | null | undefined): ResponsesFormat {
+  if (format?.type === 'json_object') return { type: 'json_object' };
+  if (format?.type !== 'json_schema') return { type: 'text' };
+  return {
+    type: 'json_schema',
+    ...(format.name !== undefined ? { name: format.name } : {}),
+    ...(format.description !== undefined ? { description: format.description } : {}),
+    ...(format.schema !== undefined ? { schema: format.schema } : {}),
+    strict: format.strict ?? null,
+  };
+}
+
+/** The request's tool_choice as the response states it: a mode, or the function it names. */
+function toolChoiceOf(choice: ResponsesBody['tool_choice']): NonNullable<ResponsesBody['tool_choice']> {
+  if (choice == null) return 'auto';
+  return typeof choice === 'string' ? choice : { type: 'function', ...(choice.name !== undefined ? { name: choice.name } : {}) };
 }
 
 function textPart(text: string) {
@@ -308,7 +346,7 @@ function streamEvents(
       event('response.in_progress', { response: shape.object('in_progress', []) }),
     text: (delta) => (messageOpen ? '' : openMessage()) + event('response.output_text.delta', { ...part, delta, logprobs: [] }),
     async closing(result, sent) {
-      const toolCalls = await settledToolCalls(result.toolCalls, answer);
+      const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
       if (!toolCalls.length) await checkStructured(sent, result.finishReason, answer);
       const response = shape.finished(result, messageOpen || !toolCalls.length ? sent : null, toolCalls);
       const hasMessage = response.output[0]?.type === 'message';
