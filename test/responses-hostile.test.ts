@@ -7,6 +7,7 @@ import t from 'tap';
 import OpenAI from 'openai';
 import { makeModelFixtures } from './fixtures/models.js';
 import { createKey, startDaemon, tempDir, waitForModels } from './helpers/daemon.js';
+import { estimateTokens } from '../daemon/http/routes/responses-input.js';
 
 const ID = '1000000008';
 const IBAN = 'SA03 8000 0000 6080 1016 7519';
@@ -208,4 +209,27 @@ t.test('a $ref to a definition the schema does not have is refused before anythi
   });
   t.equal(chat.status, 400, chat.text);
   t.equal((JSON.parse(chat.text) as { error: { param: string } }).error.param, 'response_format.json_schema.schema');
+});
+
+t.test('a long id in the path meets the pipeline: 401 without a key, 400 with one, and an audit entry', async (t) => {
+  const long = `resp_${'a'.repeat(300)}`;
+  const anonymous = await fetch(`${daemon.baseURL}/responses/${long}`);
+  t.equal(anonymous.status, 401, 'a key is asked for first');
+  const known = await fetch(`${daemon.baseURL}/responses/${long}`, { headers: { authorization: `Bearer ${key.secret}` } });
+  t.equal(known.status, 400);
+  t.match(known.headers.get('x-audit-leaf'), /^\d+$/);
+  t.notMatch(await known.text(), /a{100}/, 'the message does not repeat the path');
+});
+
+t.test("a call continuing a stored conversation reserves that conversation's tokens, not the model's whole context", async (t) => {
+  const conversation = [
+    { type: 'message', id: 'msg_1', role: 'user', content: [{ type: 'input_text', text: 'x'.repeat(1000) }] },
+    { type: 'message', id: 'msg_2', role: 'assistant', content: [{ type: 'output_text', text: 'y'.repeat(500) }] },
+  ];
+  const stored = { conversation: (id: string) => (id === 'resp_1' ? conversation : null), item: () => null };
+  const body = { model: 'm', input: 'and?', previous_response_id: 'resp_1', max_output_tokens: 10 };
+  const estimate = estimateTokens(body, undefined, stored);
+  t.ok(estimate >= 1000 + 500 + 4 + 10, `at least the conversation's bytes and the answer (${estimate})`);
+  t.ok(estimate < 2000, `no more than a margin beyond them (${estimate})`);
+  t.equal(estimateTokens(body, 800, stored), 800 + 10, "a model's context bounds it");
 });

@@ -60,7 +60,7 @@ export interface RouteDeclaration {
   /** The capability the body's `model` must have; the resolve-model stage enforces it. */
   capability?: Capability;
   /** Upper bound of the tokens a call may use, reserved before the engine runs (metered postures). */
-  tokens?: (body: unknown, contextTokens: number | undefined) => number;
+  tokens?: (body: unknown, contextTokens: number | undefined, call: CallContext) => number;
   /** What the body is, for the scrub stage: every text in it an engine will see is scrubbed (daemon/scrub/requests.ts). */
   scrub?: BodyKind;
 }

@@ -319,28 +319,39 @@ export function strictTools(body: ResponsesBody): Map<string, Record<string, unk
   return strict;
 }
 
+/** What the token estimate reads of the project's stored responses. */
+export interface StoredForEstimate {
+  conversation(id: string): StoredItem[] | null;
+  item(id: string): StoredItem | null;
+}
+
 /**
- * Upper bound on a call's tokens before tokenizing (a token is at least one UTF-8 byte). A call that continues a stored
- * conversation may fill the model's context with it.
+ * Upper bound on a call's tokens before tokenizing: a token is at least one UTF-8 byte, so the bytes of every text the
+ * model will read (plus a margin per item for the template) bound the prompt, the stored conversation it continues and
+ * the items it refers to included; max_output_tokens (or 1024) bounds the answer. Neither can exceed the model's context.
  */
-export function estimateTokens(raw: unknown, context: number | undefined): number {
+export function estimateTokens(raw: unknown, context: number | undefined, stored: StoredForEstimate): number {
   const body = raw as ResponsesBody;
   let bytes = Buffer.byteLength(body.instructions ?? '') + 16;
   const text = (s: unknown) => {
     if (typeof s === 'string') bytes += Buffer.byteLength(s);
     else if (Array.isArray(s)) for (const part of s as ContentPart[]) bytes += Buffer.byteLength(part.text ?? part.refusal ?? '');
   };
+  const item = (i: InputItem | StoredItem) => {
+    bytes += 16;
+    text(i.content);
+    text(i.arguments);
+    text(i.output);
+  };
   if (typeof body.input === 'string') text(body.input);
   else {
-    for (const item of body.input ?? []) {
-      bytes += 16;
-      text(item.content);
-      text(item.arguments);
-      text(item.output);
+    for (const i of body.input ?? []) {
+      const referenced = i.type === 'item_reference' && typeof i.id === 'string' ? stored.item(i.id) : null;
+      item(referenced ?? i);
     }
   }
   for (const tool of body.tools ?? []) bytes += Buffer.byteLength(tool.description ?? '') + 256;
-  if (body.previous_response_id) bytes = context ?? bytes + 1_000_000;
+  if (body.previous_response_id) for (const i of stored.conversation(body.previous_response_id) ?? []) item(i);
   const completion = body.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   return context ? Math.min(bytes, context) + Math.min(completion, context) : bytes + completion;
 }

@@ -48,7 +48,19 @@ const ID_PARAMS = {
 } as const;
 
 export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRouteDeps): void {
-  const declaration: RouteDeclaration = { auth: true, capability: 'chat', tokens: estimateTokens, scrub: 'responses' };
+  const declaration: RouteDeclaration = {
+    auth: true,
+    capability: 'chat',
+    // What a call continues or refers to is the project's, read from the store.
+    tokens: (body, context, call) => {
+      const project = call.principal!.projectId;
+      return estimateTokens(body, context, {
+        conversation: (id) => deps.responses.conversation(project, id),
+        item: (id) => deps.responses.item(project, id),
+      });
+    },
+    scrub: 'responses',
+  };
   v1.post<{ Body: ResponsesBody }>('/responses', { schema: { body: responsesBody }, config: { declaration } }, (request, reply) =>
     respond(deps, request, reply),
   );

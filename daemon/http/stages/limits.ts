@@ -66,7 +66,7 @@ export function limitTokensStage(deps: LimitsDeps): RequestStage {
       const estimate = request.routeOptions.config.declaration?.tokens;
       const quota = request.call.quota;
       if (!estimate || !quota) return;
-      const tokens = Math.max(1, Math.ceil(estimate(request.body, request.call.model?.contextTokens)));
+      const tokens = Math.max(1, Math.ceil(estimate(request.body, request.call.model?.contextTokens, request.call)));
       const headers = deps.limits.reserveTokens(quota, tokens);
       if (!(headers instanceof Promise)) {
         reply.headers(headers);
