@@ -2,7 +2,6 @@
 // it, its raw bytes digested for the audit entry as they arrive, one file part read into memory up to a limit, and
 // every way a multipart body can be wrong answered in OpenAI's shape.
 import { createHash } from 'node:crypto';
-import { Transform } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors/index.js';
@@ -26,21 +25,18 @@ export async function acceptUploads(scope: FastifyInstance, maxFileBytes: number
     limits: { fileSize: maxFileBytes, files: 1, fields: 16, fieldSize: 64 * 1024, parts: 17, headerPairs: 100 },
     throwFileSizeLimit: true,
   });
-  scope.addHook('preParsing', async (request, _reply, payload) => {
-    if (!request.isMultipart()) return payload;
+  // After the content-type parser (which marks the request multipart and reads nothing), before the route reads it.
+  scope.addHook('preValidation', async (request) => {
+    if (!request.isMultipart()) return;
+    // @fastify/multipart reads request.raw itself: the digest listens there, beside the parser's pipe. Paused, so that
+    // no byte flows before that pipe exists: the pipe starts the flow for both.
+    const raw = request.raw;
     const hash = createHash('sha256');
-    return payload.pipe(
-      new Transform({
-        transform(chunk: Buffer, _encoding, done) {
-          hash.update(chunk);
-          done(null, chunk);
-        },
-        flush(done) {
-          request.call.requestSha256 = hash.digest('hex');
-          done();
-        },
-      }),
-    );
+    raw.on('data', (chunk: Buffer) => hash.update(chunk));
+    raw.once('end', () => {
+      request.call.requestSha256 = hash.digest('hex');
+    });
+    raw.pause();
   });
 }
 
