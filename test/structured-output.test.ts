@@ -220,3 +220,16 @@ t.test('token log probabilities are refused by name: they would show unscrubbed 
   });
   t.equal(plain.choices[0].logprobs, null, 'logprobs: false is the default, and allowed');
 });
+
+t.test('a tool_choice that asks for a call without tools is refused, naming tool_choice', async (t) => {
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'weather' } }] as const) {
+    const err = await client.chat.completions
+      .create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'x' }], tool_choice })
+      .catch((e) => e);
+    t.ok(err instanceof OpenAI.BadRequestError, String(err));
+    t.equal(err.param, 'tool_choice');
+  }
+  const responses = await client.responses.create({ model: 'tiny-chat', input: 'x', tool_choice: 'required' }).catch((e) => e);
+  t.ok(responses instanceof OpenAI.BadRequestError, String(responses));
+  t.equal(responses.param, 'tool_choice');
+});

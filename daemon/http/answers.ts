@@ -3,7 +3,7 @@
 // answer checked against its schema), and the steps of a streamed call. Each route keeps its own wire format.
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/index.js';
-import type { ChatCallOptions, ChatEngine, EngineRegistry, ToolCall, Usage } from '../engines/index.js';
+import type { ChatCallOptions, ChatEngine, ChatRequest, EngineRegistry, ToolCall, Usage } from '../engines/index.js';
 import { ApiError } from '../errors/index.js';
 import { JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../scrub/index.js';
 import { checkAnswer, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from './answer-schema.js';
@@ -21,6 +21,19 @@ export function chatEngineFor(engines: EngineRegistry, request: FastifyRequest):
       headers: { 'retry-after': '5' },
     });
   return { engine, modelId };
+}
+
+/** A tool_choice that asks for a call (required, or a named function) needs tools to call. */
+export function refuseToolChoiceWithoutTools(request: ChatRequest): void {
+  const choice = request.toolChoice;
+  if (choice === undefined || choice === 'none' || choice === 'auto' || request.tools?.length) return;
+  throw new ApiError(
+    'invalid_request_error',
+    "tool_choice asks for a tool call, but 'tools' is empty: send the tools, or leave out tool_choice.",
+    {
+      param: 'tool_choice',
+    },
+  );
 }
 
 /** Keeps the call's token counts, for its usage record and its token limit's settlement. */

@@ -9,6 +9,7 @@ import { recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.j
 import { abortOnDisconnect } from '../lifetime.js';
 import {
   answering,
+  refuseToolChoiceWithoutTools,
   chatEngineFor,
   settledContent,
   settledToolCalls,
@@ -103,6 +104,7 @@ export function toChatRequest(body: ChatBody): ChatRequest {
   if (body.tool_choice !== undefined) {
     request.toolChoice = typeof body.tool_choice === 'string' ? body.tool_choice : { name: body.tool_choice.function.name };
   }
+  refuseToolChoiceWithoutTools(request);
   return request;
 }
 

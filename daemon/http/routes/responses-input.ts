@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { ChatMessage, ChatRequest, ToolDefinition } from '../../engines/index.js';
 import { ApiError } from '../../errors/index.js';
 import type { ResponseStore, StoredItem } from '../../responses/index.js';
+import { refuseToolChoiceWithoutTools } from '../answers.js';
 
 export interface ContentPart {
   type: string;
@@ -309,6 +310,7 @@ export function chatRequestOf(body: ResponsesBody, messages: ChatMessage[]): Cha
   if (tools.length) request.tools = tools;
   const choice = body.tool_choice;
   if (choice != null) request.toolChoice = typeof choice === 'string' ? choice : { name: choice.name ?? '' };
+  refuseToolChoiceWithoutTools(request);
   return request;
 }
 
