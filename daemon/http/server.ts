@@ -72,7 +72,7 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
     genReqId: newRequestId,
     // Past this a path's parameter is refused by the router, before the pipeline (no key asked, no audit entry); the
     // routes bound their ids themselves.
-    maxParamLength: 1024,
+    routerOptions: { maxParamLength: 1024 },
     requestIdHeader: false,
     // Our own drain stage answers requests that arrive while closing, with our headers.
     return503OnClosing: false,
