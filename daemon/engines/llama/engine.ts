@@ -138,117 +138,106 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     return host as Extract<Host, { kind: K }>;
   }
 
-  async chat(modelId: string, request: ChatRequest, { onText, signal, onUsage, onStart }: ChatCallOptions): Promise<ChatResult> {
+  async chat(modelId: string, request: ChatRequest, options: ChatCallOptions): Promise<ChatResult> {
+    const { onText, signal, onStart } = options;
     const host = this.host(modelId, 'chat');
-    const release = await host.slots.acquire(signal);
-    let sequence: LlamaContextSequence | undefined;
-    let chat: LlamaChat | undefined;
-    try {
-      sequence = host.context.getSequence();
-      chat = new LlamaChat({ contextSequence: sequence, chatWrapper: host.chatWrapper, autoDisposeSequence: false });
-      const history = toHistory(request.messages);
-      const forcedTool =
-        request.tools?.length && request.toolChoice !== undefined && request.toolChoice !== 'none' && request.toolChoice !== 'auto';
-      const autoTools = request.tools?.length && (request.toolChoice === undefined || request.toolChoice === 'auto');
-      const functions = autoTools ? await this.functionsOf(request) : undefined;
-
-      const promptTokens = this.countPromptUpperBound(host, chat, request, history, functions);
-      const room = host.context.contextSize - promptTokens;
-      if (room <= 0) {
-        throw new ApiError(
-          'invalid_request_error',
-          `This model's maximum context length is ${host.context.contextSize} tokens, but the messages use ${promptTokens}. Shorten the messages.`,
-          { param: 'messages' },
-        );
-      }
-      const maxTokens = Math.min(request.maxTokens ?? room, room);
-      const toolGrammar = forcedTool ? await this.toolGrammar(request) : undefined;
-      const grammar = toolGrammar ?? (await this.formatGrammar(request));
-      // Everything the request could be refused for has been checked: from here on the call runs.
-      onStart?.();
-      const stopping = stopSequences(request.stop, onText, signal);
-      const response = await chat.generateResponse(history, {
-        signal: stopping.signal,
-        stopOnAbortSignal: stopping.stops !== null,
-        maxTokens,
-        // OpenAI's defaults (node-llama-cpp's own default is greedy decoding).
-        temperature: request.temperature ?? 1,
-        topP: request.topP ?? 1,
-        ...(request.seed !== undefined ? { seed: request.seed } : {}),
-        ...(grammar ? { grammar } : functions ? { functions, documentFunctionParams: true } : {}),
-        onResponseChunk(chunk) {
-          // A forced tool call is not content: it is returned as tool_calls at the end.
-          if (chunk.type === undefined && !forcedTool && chunk.text) stopping.onText(chunk.text);
-        },
-      });
-      return resultOf(stopping.settle(response), usageOf(sequence), toolGrammar);
-    } finally {
+    return this.onSequence(host, options, async (sequence) => {
+      const chat = new LlamaChat({ contextSequence: sequence, chatWrapper: host.chatWrapper, autoDisposeSequence: false });
       try {
-        if (sequence) onUsage?.(usageOf(sequence));
-        chat?.dispose();
-        await sequence?.dispose();
+        const history = toHistory(request.messages);
+        const forcedTool =
+          request.tools?.length && request.toolChoice !== undefined && request.toolChoice !== 'none' && request.toolChoice !== 'auto';
+        const autoTools = request.tools?.length && (request.toolChoice === undefined || request.toolChoice === 'auto');
+        const functions = autoTools ? await this.functionsOf(request) : undefined;
+        const room = roomAfter(host, this.countPromptUpperBound(host, chat, request, history, functions), 'messages');
+        const toolGrammar = forcedTool ? await this.toolGrammar(request) : undefined;
+        const grammar = toolGrammar ?? (await this.formatGrammar(request));
+        // Everything the request could be refused for has been checked: from here on the call runs.
+        onStart?.();
+        const stopping = stopSequences(request.stop, onText, signal);
+        const response = await chat.generateResponse(history, {
+          signal: stopping.signal,
+          stopOnAbortSignal: stopping.stops !== null,
+          maxTokens: Math.min(request.maxTokens ?? room, room),
+          // OpenAI's defaults (node-llama-cpp's own default is greedy decoding).
+          temperature: request.temperature ?? 1,
+          topP: request.topP ?? 1,
+          ...(request.seed !== undefined ? { seed: request.seed } : {}),
+          ...(grammar ? { grammar } : functions ? { functions, documentFunctionParams: true } : {}),
+          onResponseChunk(chunk) {
+            // A forced tool call is not content: it is returned as tool_calls at the end.
+            if (chunk.type === undefined && !forcedTool && chunk.text) stopping.onText(chunk.text);
+          },
+        });
+        return resultOf(stopping.settle(response), usageOf(sequence), toolGrammar);
       } finally {
-        release();
+        chat.dispose();
       }
-    }
+    });
   }
 
-  async complete(
-    modelId: string,
-    request: CompletionRequest,
-    { onText, signal, onUsage, onStart }: ChatCallOptions,
-  ): Promise<CompletionResult> {
+  async complete(modelId: string, request: CompletionRequest, options: ChatCallOptions): Promise<CompletionResult> {
+    const { onText, signal, onStart } = options;
     const host = this.host(modelId, 'chat');
+    return this.onSequence(host, options, async (sequence) => {
+      const completion = new LlamaCompletion({ contextSequence: sequence });
+      try {
+        if (request.suffix !== undefined && !completion.infillSupported) {
+          throw new ApiError(
+            'invalid_request_error',
+            `The model '${modelId}' declares no fill-in-the-middle tokens, so it cannot complete before a 'suffix'. Leave out 'suffix', or use a code model whose GGUF declares them.`,
+            { param: 'suffix' },
+          );
+        }
+        const promptTokens =
+          host.model.tokenize(request.prompt).length + (request.suffix !== undefined ? host.model.tokenize(request.suffix).length + 3 : 1);
+        const room = roomAfter(host, promptTokens, 'prompt');
+        onStart?.();
+        const stopping = stopSequences(request.stop, onText, signal);
+        const generation = {
+          signal: stopping.signal,
+          stopOnAbortSignal: stopping.stops !== null,
+          maxTokens: Math.min(request.maxTokens, room),
+          temperature: request.temperature ?? 1,
+          topP: request.topP ?? 1,
+          ...(request.seed !== undefined ? { seed: request.seed } : {}),
+          onTextChunk: (text: string) => {
+            if (text) stopping.onText(text);
+          },
+        };
+        const response = stopping.settle(
+          request.suffix !== undefined
+            ? await completion.generateInfillCompletionWithMeta(request.prompt, request.suffix, generation)
+            : await completion.generateCompletionWithMeta(request.prompt, generation),
+        );
+        return {
+          text: response.response,
+          finishReason: response.metadata.stopReason === 'maxTokens' ? 'length' : 'stop',
+          usage: usageOf(sequence),
+        };
+      } finally {
+        completion.dispose();
+      }
+    });
+  }
+
+  /**
+   * Runs one call on a sequence of the model's context, once a slot is free: the tokens it used are reported and the
+   * sequence and the slot given back however it ends, so an aborted call frees its KV cache at once.
+   */
+  private async onSequence<T>(
+    host: ChatHost,
+    { signal, onUsage }: ChatCallOptions,
+    run: (sequence: LlamaContextSequence) => Promise<T>,
+  ): Promise<T> {
     const release = await host.slots.acquire(signal);
     let sequence: LlamaContextSequence | undefined;
-    let completion: LlamaCompletion | undefined;
     try {
       sequence = host.context.getSequence();
-      completion = new LlamaCompletion({ contextSequence: sequence });
-      if (request.suffix !== undefined && !completion.infillSupported) {
-        throw new ApiError(
-          'invalid_request_error',
-          `The model '${modelId}' declares no fill-in-the-middle tokens, so it cannot complete before a 'suffix'. Leave out 'suffix', or use a code model whose GGUF declares them.`,
-          { param: 'suffix' },
-        );
-      }
-      const promptTokens =
-        host.model.tokenize(request.prompt).length + (request.suffix !== undefined ? host.model.tokenize(request.suffix).length + 3 : 1);
-      const room = host.context.contextSize - promptTokens;
-      if (room <= 0) {
-        throw new ApiError(
-          'invalid_request_error',
-          `This model's maximum context length is ${host.context.contextSize} tokens, but the prompt uses ${promptTokens}. Shorten the prompt.`,
-          { param: 'prompt' },
-        );
-      }
-      onStart?.();
-      const stopping = stopSequences(request.stop, onText, signal);
-      const options = {
-        signal: stopping.signal,
-        stopOnAbortSignal: stopping.stops !== null,
-        maxTokens: Math.min(request.maxTokens, room),
-        temperature: request.temperature ?? 1,
-        topP: request.topP ?? 1,
-        ...(request.seed !== undefined ? { seed: request.seed } : {}),
-        onTextChunk: (text: string) => {
-          if (text) stopping.onText(text);
-        },
-      };
-      const response = stopping.settle(
-        request.suffix !== undefined
-          ? await completion.generateInfillCompletionWithMeta(request.prompt, request.suffix, options)
-          : await completion.generateCompletionWithMeta(request.prompt, options),
-      );
-      return {
-        text: response.response,
-        finishReason: response.metadata.stopReason === 'maxTokens' ? 'length' : 'stop',
-        usage: usageOf(sequence),
-      };
+      return await run(sequence);
     } finally {
       try {
         if (sequence) onUsage?.(usageOf(sequence));
-        completion?.dispose();
         await sequence?.dispose();
       } finally {
         release();
@@ -473,6 +462,17 @@ function resultOf(
     finishReason: toolCalls.length ? 'tool_calls' : cutOff ? 'length' : 'stop',
     usage,
   };
+}
+
+/** The tokens left for the answer once the prompt is in the context; a prompt that leaves none is the client's 400. */
+function roomAfter(host: ChatHost, promptTokens: number, param: 'messages' | 'prompt'): number {
+  const room = host.context.contextSize - promptTokens;
+  if (room > 0) return room;
+  throw new ApiError(
+    'invalid_request_error',
+    `This model's maximum context length is ${host.context.contextSize} tokens, but the ${param === 'messages' ? 'messages use' : 'prompt uses'} ${promptTokens}. Shorten the ${param === 'messages' ? 'messages' : 'prompt'}.`,
+    { param },
+  );
 }
 
 /**

@@ -16,6 +16,15 @@ const stringOrParts = {
   ],
 } as const;
 
+/** Up to four stop sequences (OpenAI's limit), as one string or a list. */
+const stopSequences = {
+  anyOf: [{ type: 'string', minLength: 1 }, { type: 'array', maxItems: 4, items: { type: 'string', minLength: 1 } }, { type: 'null' }],
+} as const;
+
+const streamOptions = {
+  anyOf: [{ type: 'object', properties: { include_usage: { type: 'boolean' } } }, { type: 'null' }],
+} as const;
+
 export const chatCompletionBody = {
   type: 'object',
   required: ['model', 'messages'],
@@ -56,15 +65,11 @@ export const chatCompletionBody = {
     top_p: { type: 'number', minimum: 0, maximum: 1 },
     max_tokens: { type: 'integer', minimum: 1 },
     max_completion_tokens: { type: 'integer', minimum: 1 },
-    stop: {
-      anyOf: [{ type: 'string', minLength: 1 }, { type: 'array', maxItems: 4, items: { type: 'string', minLength: 1 } }, { type: 'null' }],
-    },
+    stop: stopSequences,
     seed: { type: 'integer' },
     n: { type: 'integer', minimum: 1, maximum: 1 },
     stream: { type: 'boolean' },
-    stream_options: {
-      anyOf: [{ type: 'object', properties: { include_usage: { type: 'boolean' } } }, { type: 'null' }],
-    },
+    stream_options: streamOptions,
     presence_penalty: { type: 'number', minimum: -2, maximum: 2 },
     frequency_penalty: { type: 'number', minimum: -2, maximum: 2 },
     response_format: {
@@ -133,12 +138,8 @@ export const completionBody = {
     n: { type: ['integer', 'null'], minimum: 1, maximum: 1 },
     best_of: { type: ['integer', 'null'], minimum: 1, maximum: 1 },
     stream: { type: ['boolean', 'null'] },
-    stream_options: {
-      anyOf: [{ type: 'object', properties: { include_usage: { type: 'boolean' } } }, { type: 'null' }],
-    },
-    stop: {
-      anyOf: [{ type: 'string', minLength: 1 }, { type: 'array', maxItems: 4, items: { type: 'string', minLength: 1 } }, { type: 'null' }],
-    },
+    stream_options: streamOptions,
+    stop: stopSequences,
     seed: { type: ['integer', 'null'] },
     echo: { type: ['boolean', 'null'] },
     logprobs: { type: ['integer', 'null'], minimum: 0, maximum: 5 },
