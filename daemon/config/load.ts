@@ -125,6 +125,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     },
     images: { urlTtlSeconds: 3600 },
     responses: { ttlSeconds: 30 * 24 * 3600 },
+    scheduling: { policy: 'fair', projectWeights: {} },
     plans: {},
     usage: { billingDays: 400 },
     audit: {

@@ -109,7 +109,14 @@ export function startModels(options: {
   let engine: Promise<LlamaEngine> | undefined;
   const llamaEngine = () =>
     (engine ??= Promise.all([runtime(), import('../engines/llama/engine.js')]).then(
-      ([l, m]) => new m.LlamaEngine(l, { threads, parallel: config.models.parallel, queue: config.models.queue, gpu: config.models.gpu }),
+      ([l, m]) =>
+        new m.LlamaEngine(l, {
+          threads,
+          parallel: config.models.parallel,
+          queue: config.models.queue,
+          gpu: config.models.gpu,
+          policy: config.scheduling.policy,
+        }),
     ));
 
   // whisper.cpp's binding loads only when a transcription model is there to run.
@@ -122,6 +129,7 @@ export function startModels(options: {
           queue: config.models.queue,
           gpu: config.models.gpu !== 'off',
           windowTimeoutMs: 10 * 60_000,
+          policy: config.scheduling.policy,
           log: (level, line) => log[level]({ engine: 'whisper.cpp' }, line),
         }),
     ));

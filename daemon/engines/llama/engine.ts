@@ -29,6 +29,7 @@ import type {
   EmbeddingEngine,
   EmbeddingResult,
   EmbedOptions,
+  SchedulingPolicy,
   ToolCall,
   Usage,
 } from '../types.js';
@@ -42,6 +43,8 @@ export interface LlamaEngineOptions {
   parallel: number;
   queue: number;
   gpu: 'auto' | 'off';
+  /** How each model's waiting calls are ordered (slots.ts); fair unless said. */
+  policy?: SchedulingPolicy;
 }
 
 interface ChatHost {
@@ -101,7 +104,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           context,
           contextSize,
           vocabularySize: model.fileInfo.metadata.tokenizer.ggml.tokens.length,
-          slots: new Slots(1, this.options.queue, label),
+          slots: new Slots({ parallel: 1, queue: this.options.queue, label, policy: this.options.policy }),
           shortenable: entry.dimensionsShortenable ?? false,
         });
       } else {
@@ -111,7 +114,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           model,
           context,
           chatWrapper: resolveChatWrapper(model),
-          slots: new Slots(this.options.parallel, this.options.queue, label),
+          slots: new Slots({ parallel: this.options.parallel, queue: this.options.queue, label, policy: this.options.policy }),
         });
       }
     } catch (err) {
@@ -227,10 +230,10 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
    */
   private async onSequence<T>(
     host: ChatHost,
-    { signal, onUsage }: ChatCallOptions,
+    { signal, onUsage, ticket }: ChatCallOptions,
     run: (sequence: LlamaContextSequence) => Promise<T>,
   ): Promise<T> {
-    const release = await host.slots.acquire(signal);
+    const release = await host.slots.acquire(signal, ticket);
     let sequence: LlamaContextSequence | undefined;
     try {
       sequence = host.context.getSequence();
@@ -332,7 +335,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     options: EmbedOptions = {},
   ): Promise<EmbeddingResult> {
     const host = this.host(modelId, 'embeddings');
-    const release = await host.slots.acquire(signal);
+    const release = await host.slots.acquire(signal, options.ticket);
     try {
       const vocabulary = host.vocabularySize;
       const vectors: Float32Array[] = [];
