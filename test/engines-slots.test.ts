@@ -149,3 +149,20 @@ t.test('fifo: arrival order whatever the project, one bound for all', async (t) 
   for (const name of ['a0', 'a1', 'a2']) await release(name);
   t.same(order, ['a0', 'a1', 'a2', 'b0']);
 });
+
+t.test('fair: a guest slot serves, at once, a project holding none; one project alone never takes it', async (t) => {
+  const { slots, order, take, release } = harness({ parallel: 2, guests: 1, queue: 32, label: 'm' });
+  for (let i = 0; i < 6; i++) void take(`a${i}`, ticket('A'));
+  void take('batch', ticket('Z', 'flex'));
+  await settle();
+  t.same(order, ['a0', 'a1'], 'A alone has `parallel` slots, and flex work no guest slot');
+  void take('b0', ticket('B'));
+  await settle();
+  t.same(order, ['a0', 'a1', 'b0'], 'B is served at once, on the guest slot');
+  void take('c0', ticket('C'));
+  await settle();
+  t.equal(order.length, 3, 'one guest at a time');
+  t.same(slots.state.busy, 3);
+  await release('b0');
+  t.same(order.slice(3), ['c0'], 'C takes the guest slot B left');
+});

@@ -1,6 +1,6 @@
-// Fair scheduling through the daemon, on the real llama.cpp engine with one slot: a project that floods the model
-// does not keep another's call waiting behind its queue; the call that waited says how long; health shows the queue by
-// service tier; the answer names the tier that served it.
+// Fair scheduling through the daemon, on the real llama.cpp engine with one slot (and the guest slot kept for a
+// project that holds none): a project that floods the model does not keep others' calls waiting behind its queue; a
+// call that waited says how long; health shows the queue by service tier; the answer names the tier that served it.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -15,10 +15,12 @@ const config = join(dir, 'config.json');
 writeFileSync(config, JSON.stringify({ dataDir, models: { parallel: 1, queue: 8 } }));
 const a = createKey(dataDir, 'flood', ['--config', config]);
 const b = createKey(dataDir, 'steady', ['--config', config]);
+const c = createKey(dataDir, 'another', ['--config', config]);
 const daemon = await startDaemon(t, ['--config', config, ...fixtures.args]);
 await waitForModels(daemon.baseURL, a.secret, ['tiny-chat']);
 const clientA = new OpenAI({ apiKey: a.secret, baseURL: daemon.baseURL, maxRetries: 0 });
 const clientB = new OpenAI({ apiKey: b.secret, baseURL: daemon.baseURL, maxRetries: 0 });
+const clientC = new OpenAI({ apiKey: c.secret, baseURL: daemon.baseURL, maxRetries: 0 });
 const long = { model: 'tiny-chat', messages: [{ role: 'user' as const, content: 'Tell me everything.' }], max_tokens: 150 };
 
 t.test("another project's call goes before a flooding project's queue, and says how long it waited", async (t) => {
@@ -39,12 +41,25 @@ t.test("another project's call goes before a flooding project's queue, and says 
   t.ok(model && model.waiting >= 2, `${model?.waiting} waiting`);
   t.same(model?.waiting_by_tier, { priority: 0, default: model?.waiting, flex: 0 }, 'health shows the queue by tier');
 
-  const { data: answer, response } = await clientB.chat.completions.create({ ...long, max_tokens: 4 }).withResponse();
-  done.push('b');
-  t.equal(answer.service_tier, 'default', 'the answer names its tier');
-  t.ok(Number(response.headers.get('x-queue-wait-ms')) > 0, `B waited ${response.headers.get('x-queue-wait-ms')} ms and says so`);
+  // B and C, one short call each at the same moment: one is served at once on the slot kept for a project that holds
+  // none, the other waits for the next slot (and says how long), and both go before A's queue.
+  const short = { ...long, max_tokens: 4 };
+  const [bAnswer, cAnswer] = await Promise.all([
+    clientB.chat.completions
+      .create(short)
+      .withResponse()
+      .then((r) => (done.push('b'), r)),
+    clientC.chat.completions
+      .create(short)
+      .withResponse()
+      .then((r) => (done.push('c'), r)),
+  ]);
+  t.equal(bAnswer.data.service_tier, 'default', 'the answer names its tier');
+  const waits = [bAnswer, cAnswer].map((r) => r.response.headers.get('x-queue-wait-ms'));
+  t.equal(waits.filter((w) => w === null).length, 1, `one was served at once (${waits.join(', ')})`);
+  t.equal(waits.filter((w) => Number(w) > 0).length, 1, 'the other waited, and says how long');
   await Promise.all(queued);
-  t.ok(done.indexOf('b') <= 2, `B is served next, before A's queue (${done.join(', ')})`);
+  t.ok(done.indexOf('b') <= 3 && done.indexOf('c') <= 3, `B and C are served before A's queue (${done.join(', ')})`);
 });
 
 t.test('a call that did not wait carries no wait header; tiers are named in chunks and in responses', async (t) => {

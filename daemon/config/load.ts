@@ -382,6 +382,14 @@ export function isSealed(posture: Posture): boolean {
   return posture === 'device' || posture === 'appliance';
 }
 
+/**
+ * The llama.cpp sequences a chat model's context holds: `models.parallel`, and under the fair policy one more, kept for
+ * a project that holds none (engines/slots.ts), so that its call never waits behind another project's generations.
+ */
+export function chatSequences(config: Config): number {
+  return config.models.parallel + (config.scheduling.policy === 'fair' ? 1 : 0);
+}
+
 export function isMetered(posture: Posture): boolean {
   return posture === 'cloud' || posture === 'frontier';
 }

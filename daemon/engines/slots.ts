@@ -23,6 +23,11 @@ export const SERVICE_TIERS: readonly ServiceTier[] = ['priority', 'default', 'fl
 
 export interface SlotsOptions {
   parallel: number;
+  /**
+   * Slots beyond `parallel` (fair policy), each only for an interactive call of a project that holds no slot: a
+   * project's call never waits behind another project's generations, and one project alone still has `parallel`.
+   */
+  guests?: number;
   /** Calls that may wait: per project (fair), in all (fifo). */
   queue: number;
   /** Names the model in a refusal: "The model 'x'". */
@@ -65,6 +70,7 @@ interface ProjectState {
 
 export class Slots {
   private readonly parallel: number;
+  private readonly guests: number;
   private readonly queue: number;
   private readonly label: string;
   private readonly policy: SchedulingPolicy;
@@ -77,11 +83,14 @@ export class Slots {
   /** Every waiting call in arrival order (fifo). */
   private readonly fifo: Waiting[] = [];
   private waitingCount = 0;
+  /** The call being admitted by acquire(), while it is. */
+  private arriving: Waiting | null = null;
   /** Set while a slot is kept for a project that was active a moment ago: when that lapses, the slot is given out. */
   private lapse: NodeJS.Timeout | undefined;
 
   constructor(options: SlotsOptions) {
     this.parallel = options.parallel;
+    this.guests = options.policy === 'fifo' ? 0 : (options.guests ?? 0);
     this.queue = options.queue;
     this.label = options.label;
     this.policy = options.policy ?? 'fair';
@@ -118,7 +127,10 @@ export class Slots {
       if (project) project.queues[ticket.tier].push(waiting);
       else this.fifo.push(waiting);
       this.waitingCount++;
+      // Granted here and now, a call did not wait, whatever the clock read between.
+      this.arriving = waiting;
       this.dispatch();
+      this.arriving = null;
     });
   }
 
@@ -162,7 +174,7 @@ export class Slots {
   private dispatch(): void {
     clearTimeout(this.lapse);
     this.lapse = undefined;
-    while (this.busy < this.parallel && this.waitingCount > 0) {
+    while (this.busy < this.parallel + this.guests && this.waitingCount > 0) {
       const next = this.policy === 'fifo' ? this.fifo.shift() : this.nextFair();
       if (!next) break;
       this.waitingCount--;
@@ -170,15 +182,20 @@ export class Slots {
     }
   }
 
-  /** The fair policy's next call: interactive work before flex, then least virtual time within the projects' caps. */
+  /**
+   * The fair policy's next call: interactive work before flex, then least virtual time within the projects' caps. A
+   * guest slot (past `parallel`) goes only to an interactive call of a project that holds none.
+   */
   private nextFair(): Waiting | undefined {
     const now = this.now();
     const caps = this.caps(now);
+    const guest = this.busy >= this.parallel;
     let best: { project: ProjectState; tier: ServiceTier } | null = null;
     let kept = false;
     for (const interactive of [true, false]) {
-      if (!interactive && this.flexBusy >= Math.max(1, this.parallel - 1)) break;
+      if (!interactive && (guest || this.flexBusy >= Math.max(1, this.parallel - 1))) break;
       for (const project of this.projects.values()) {
+        if (guest && project.held > 0) continue;
         const tier = interactive
           ? project.queues.priority.length
             ? 'priority'
@@ -255,7 +272,7 @@ export class Slots {
   private grant(waiting: Waiting): void {
     this.busy++;
     const now = this.now();
-    waiting.ticket.waitedMs = now - waiting.since;
+    waiting.ticket.waitedMs = waiting === this.arriving ? 0 : now - waiting.since;
     if (this.policy === 'fair') {
       const project = this.projects.get(waiting.ticket.project)!;
       project.held++;

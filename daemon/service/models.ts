@@ -6,7 +6,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Llama } from 'node-llama-cpp';
-import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
+import { chatSequences, modelsDir as modelsDirOf, type Config } from '../config/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { LlamaEngine } from '../engines/llama/engine.js';
 import type { WhisperEngine } from '../engines/whisper/engine.js';
@@ -207,7 +207,7 @@ export function startModels(options: {
       hardware: hardware!,
       headroomBytes: config.models.headroomBytes,
       reservedBytes,
-      parallel: config.models.parallel,
+      parallel: chatSequences(config),
       engines: BUILT_IN_ENGINES,
       posture: config.posture,
       onHashProgress: (id) => (done, total) => log.info({ model: id, done, total }, `verifying ${Math.round((done / total) * 100)}%`),

@@ -108,13 +108,19 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           shortenable: entry.dimensionsShortenable ?? false,
         });
       } else {
-        const context = await model.createContext({ contextSize, sequences: this.options.parallel, threads: this.options.threads });
+        // Under the fair policy one sequence more than `parallel`, for a project that holds none (slots.ts).
+        const guests = (this.options.policy ?? 'fair') === 'fair' ? 1 : 0;
+        const context = await model.createContext({
+          contextSize,
+          sequences: this.options.parallel + guests,
+          threads: this.options.threads,
+        });
         this.hosts.set(entry.id, {
           kind: 'chat',
           model,
           context,
           chatWrapper: resolveChatWrapper(model),
-          slots: new Slots({ parallel: this.options.parallel, queue: this.options.queue, label, policy: this.options.policy }),
+          slots: new Slots({ parallel: this.options.parallel, guests, queue: this.options.queue, label, policy: this.options.policy }),
         });
       }
     } catch (err) {
