@@ -179,6 +179,8 @@ export interface ImageRequest {
   quality?: string;
   style?: string;
   background?: string;
+  /** Who the call is for and its tier, for the scheduler of the upstream's connections. */
+  ticket?: CallTicket;
 }
 
 export interface ImageResult {

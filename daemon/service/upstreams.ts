@@ -93,6 +93,8 @@ export function startUpstreams(options: {
       connections: upstream.connections ?? UPSTREAM_DEFAULTS.connections,
       timeoutMs: upstream.timeoutMs ?? UPSTREAM_DEFAULTS.timeoutMs,
       retries: upstream.retries ?? UPSTREAM_DEFAULTS.retries,
+      queue: config.models.queue,
+      policy: config.scheduling.policy,
     });
     clients.push(client);
     for (const model of upstream.models) {

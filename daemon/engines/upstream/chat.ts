@@ -231,24 +231,27 @@ export class UpstreamChatEngine implements ChatEngine {
     let taken = false;
     const { signal } = options;
     try {
-      const result = await this.calls.track(modelId, () =>
-        callUpstream(
-          call,
-          signal,
-          () => route.client.post(path, body, signal),
-          async (response) => {
-            taken = true;
-            options.onStart?.();
-            const type = response.header('content-type') ?? '';
-            if (type.startsWith('text/event-stream')) {
-              return this.readStream(response, call, reading.streamed(), options, promptBytes, (n) => (pieces = n));
-            }
-            const whole = reading.whole(await readJson<Completion>(response, 16 * 1024 * 1024));
-            // An upstream that answered a stream request in one piece: its text is still handed on as it is.
-            if (options.stream && whole.text) options.onText(whole.text);
-            return whole.result;
-          },
-        ),
+      const result = await this.calls.track(
+        modelId,
+        () =>
+          callUpstream(
+            call,
+            signal,
+            () => route.client.post(path, body, signal),
+            async (response) => {
+              taken = true;
+              options.onStart?.();
+              const type = response.header('content-type') ?? '';
+              if (type.startsWith('text/event-stream')) {
+                return this.readStream(response, call, reading.streamed(), options, promptBytes, (n) => (pieces = n));
+              }
+              const whole = reading.whole(await readJson<Completion>(response, 16 * 1024 * 1024));
+              // An upstream that answered a stream request in one piece: its text is still handed on as it is.
+              if (options.stream && whole.text) options.onText(whole.text);
+              return whole.result;
+            },
+          ),
+        { signal, ticket: options.ticket },
       );
       usage = result.usage;
       return result;

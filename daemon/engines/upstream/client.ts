@@ -8,6 +8,8 @@
 // a second try cannot do twice what the first did. Once a response has started, nothing is retried.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool, type FormData } from 'undici';
+import { Slots } from '../slots.js';
+import type { SchedulingPolicy } from '../types.js';
 import { readBody } from './body.js';
 import { dispatch, type UpstreamResponse } from './response.js';
 
@@ -21,6 +23,9 @@ export interface UpstreamTarget {
   timeoutMs: number;
   /** Further tries after a failure before the first byte (see above). */
   retries: number;
+  /** Calls that may wait for a connection (per project under the fair policy), as models.queue. */
+  queue: number;
+  policy?: SchedulingPolicy;
 }
 
 export type { UpstreamResponse };
@@ -74,6 +79,11 @@ export class UpstreamClient {
   retried = 0;
   /** Told when a call got no answer even after its retries (the health monitor checks again at once). */
   onUnreachable: () => void = () => {};
+  /**
+   * A call's turn at the pool's connections, for every model on this upstream: calls past `connections` wait here,
+   * ordered as a local model's are (engines/slots.ts), not in the pool's arrival order.
+   */
+  readonly slots: Slots;
 
   constructor(target: UpstreamTarget) {
     const url = new URL(target.baseUrl);
@@ -103,6 +113,12 @@ export class UpstreamClient {
       ...(target.apiKey ? { authorization: `Bearer ${target.apiKey}` } : {}),
     };
     this.jsonHeaders = { 'content-type': 'application/json', ...this.plainHeaders };
+    this.slots = new Slots({
+      parallel: target.connections,
+      queue: target.queue,
+      label: `The upstream '${target.name}'`,
+      policy: target.policy ?? 'fair',
+    });
   }
 
   /**

@@ -4,7 +4,7 @@
 // a call leaves.
 import type { FastifyBaseLogger } from 'fastify';
 import { ApiError } from '../../errors/index.js';
-import type { EmbeddingEngine, EmbeddingResult, QueueState } from '../types.js';
+import type { CallTicket, EmbeddingEngine, EmbeddingResult, EmbedOptions, QueueState } from '../types.js';
 import { CallsInFlight, closeClients, routeOf } from './calls.js';
 import type { UpstreamClient } from './client.js';
 import { readJson } from './body.js';
@@ -66,49 +66,58 @@ export class UpstreamEmbeddingEngine implements EmbeddingEngine {
     return { size, shortenable: this.routes.get(modelId)?.shortenable ?? false };
   }
 
-  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal): Promise<EmbeddingResult> {
-    return this.send(modelId, inputs, signal, false);
+  embed(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, options: EmbedOptions = {}): Promise<EmbeddingResult> {
+    return this.send(modelId, inputs, signal, false, options.ticket);
   }
 
   /** `probe`: the test call that learns the width, sent on the upstream's probe connection. */
-  private async send(modelId: string, inputs: Array<string | number[]>, signal: AbortSignal, probe: boolean): Promise<EmbeddingResult> {
+  private async send(
+    modelId: string,
+    inputs: Array<string | number[]>,
+    signal: AbortSignal,
+    probe: boolean,
+    ticket?: CallTicket,
+  ): Promise<EmbeddingResult> {
     const route = routeOf(this.routes, modelId);
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
     const body = JSON.stringify({ model: route.upstreamModel, input: inputs, encoding_format: 'base64' });
-    return this.calls.track(modelId, () =>
-      callUpstream(
-        call,
-        signal,
-        () => route.client.post('/embeddings', body, signal, { probe }),
-        async (response) => {
-          const list = await readJson<EmbeddingList>(response, 256 * 1024 * 1024);
-          if (!Array.isArray(list.data) || list.data.length !== inputs.length) {
-            throw new Error(`the upstream returned ${list.data?.length ?? 'no'} embeddings for ${inputs.length} inputs`);
-          }
-          const vectors = new Array<Float32Array>(inputs.length);
-          list.data.forEach((item, i) => {
-            const at = typeof item.index === 'number' ? item.index : i;
-            if (at < 0 || at >= inputs.length || vectors[at]) throw new Error('the upstream’s embeddings have bad indexes');
-            vectors[at] = vectorOf(item.embedding);
-          });
-          const width = vectors[0]!.length;
-          if (!width || vectors.some((v) => v.length !== width)) throw new Error('the upstream’s embeddings differ in width');
-          const known = this.sizes.get(modelId);
-          if (known !== undefined && known !== width) {
-            // The upstream serves another model under that name now: its width is learned again before it is listed.
-            this.sizes.delete(modelId);
-            this.onWidthChanged(modelId);
-            throw new Error(`the upstream’s embeddings changed width from ${known} to ${width}`);
-          }
-          const reported = list.usage?.prompt_tokens;
-          // Without a count from the upstream, bytes bound tokens from above (as for chat).
-          const promptTokens =
-            typeof reported === 'number' && reported >= 0
-              ? reported
-              : inputs.reduce((n, input) => n + (typeof input === 'string' ? Buffer.byteLength(input) : input.length), 0);
-          return { vectors, promptTokens };
-        },
-      ),
+    return this.calls.track(
+      modelId,
+      () =>
+        callUpstream(
+          call,
+          signal,
+          () => route.client.post('/embeddings', body, signal, { probe }),
+          async (response) => {
+            const list = await readJson<EmbeddingList>(response, 256 * 1024 * 1024);
+            if (!Array.isArray(list.data) || list.data.length !== inputs.length) {
+              throw new Error(`the upstream returned ${list.data?.length ?? 'no'} embeddings for ${inputs.length} inputs`);
+            }
+            const vectors = new Array<Float32Array>(inputs.length);
+            list.data.forEach((item, i) => {
+              const at = typeof item.index === 'number' ? item.index : i;
+              if (at < 0 || at >= inputs.length || vectors[at]) throw new Error('the upstream’s embeddings have bad indexes');
+              vectors[at] = vectorOf(item.embedding);
+            });
+            const width = vectors[0]!.length;
+            if (!width || vectors.some((v) => v.length !== width)) throw new Error('the upstream’s embeddings differ in width');
+            const known = this.sizes.get(modelId);
+            if (known !== undefined && known !== width) {
+              // The upstream serves another model under that name now: its width is learned again before it is listed.
+              this.sizes.delete(modelId);
+              this.onWidthChanged(modelId);
+              throw new Error(`the upstream’s embeddings changed width from ${known} to ${width}`);
+            }
+            const reported = list.usage?.prompt_tokens;
+            // Without a count from the upstream, bytes bound tokens from above (as for chat).
+            const promptTokens =
+              typeof reported === 'number' && reported >= 0
+                ? reported
+                : inputs.reduce((n, input) => n + (typeof input === 'string' ? Buffer.byteLength(input) : input.length), 0);
+            return { vectors, promptTokens };
+          },
+        ),
+      probe ? undefined : { signal, ticket },
     );
   }
 

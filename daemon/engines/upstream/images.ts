@@ -44,32 +44,36 @@ export class UpstreamImageEngine implements ImageEngine {
       ...(request.background ? { background: request.background } : {}),
     });
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
-    return this.calls.track(modelId, () =>
-      callUpstream(
-        call,
-        signal,
-        () => route.client.post('/images/generations', body, signal),
-        async (response) => {
-          const list = await readJson<ImageList>(response, 256 * 1024 * 1024);
-          if (!Array.isArray(list.data) || list.data.length === 0) throw new Error('the upstream returned no images');
-          const images: Buffer[] = [];
-          const revisedPrompts: Array<string | null> = [];
-          for (const item of list.data.slice(0, request.n)) {
-            revisedPrompts.push(typeof item.revised_prompt === 'string' ? item.revised_prompt.slice(0, 32_000) : null);
-            if (typeof item.b64_json === 'string') images.push(Buffer.from(item.b64_json, 'base64'));
-            else if (typeof item.url === 'string') images.push(await route.client.fetchOwn(item.url, signal, LARGEST_IMAGE));
-            else throw new Error('an image has neither b64_json nor url');
-          }
-          if (images.some((image) => image.length === 0 || image.length > LARGEST_IMAGE)) throw new Error('an image is empty or too large');
-          const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : null);
-          return {
-            images,
-            revisedPrompts,
-            promptTokens: count(list.usage?.input_tokens ?? list.usage?.prompt_tokens),
-            completionTokens: count(list.usage?.output_tokens),
-          };
-        },
-      ),
+    return this.calls.track(
+      modelId,
+      () =>
+        callUpstream(
+          call,
+          signal,
+          () => route.client.post('/images/generations', body, signal),
+          async (response) => {
+            const list = await readJson<ImageList>(response, 256 * 1024 * 1024);
+            if (!Array.isArray(list.data) || list.data.length === 0) throw new Error('the upstream returned no images');
+            const images: Buffer[] = [];
+            const revisedPrompts: Array<string | null> = [];
+            for (const item of list.data.slice(0, request.n)) {
+              revisedPrompts.push(typeof item.revised_prompt === 'string' ? item.revised_prompt.slice(0, 32_000) : null);
+              if (typeof item.b64_json === 'string') images.push(Buffer.from(item.b64_json, 'base64'));
+              else if (typeof item.url === 'string') images.push(await route.client.fetchOwn(item.url, signal, LARGEST_IMAGE));
+              else throw new Error('an image has neither b64_json nor url');
+            }
+            if (images.some((image) => image.length === 0 || image.length > LARGEST_IMAGE))
+              throw new Error('an image is empty or too large');
+            const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? n : null);
+            return {
+              images,
+              revisedPrompts,
+              promptTokens: count(list.usage?.input_tokens ?? list.usage?.prompt_tokens),
+              completionTokens: count(list.usage?.output_tokens),
+            };
+          },
+        ),
+      { signal, ticket: request.ticket },
     );
   }
 

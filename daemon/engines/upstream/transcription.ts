@@ -104,13 +104,16 @@ export class UpstreamTranscriptionEngine implements TranscriptionEngine {
       return data;
     };
     const call: FailedCall = { client: route.client, upstreamModel: route.upstreamModel, modelId, log: this.log };
-    return this.calls.track(modelId, () =>
-      callUpstream(
-        call,
-        signal,
-        () => route.client.postForm('/audio/transcriptions', form, signal),
-        async (response) => transcriptOf(await readJson<VerboseTranscript>(response, 16 * 1024 * 1024), request, seconds),
-      ),
+    return this.calls.track(
+      modelId,
+      () =>
+        callUpstream(
+          call,
+          signal,
+          () => route.client.postForm('/audio/transcriptions', form, signal),
+          async (response) => transcriptOf(await readJson<VerboseTranscript>(response, 16 * 1024 * 1024), request, seconds),
+        ),
+      { signal, ticket: request.ticket },
     );
   }
 

@@ -14,9 +14,10 @@ import { noRedactions, ScrubSession } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { imageGenerationBody } from './schemas.js';
+import { noteWait, ticketFor, type TicketDeps } from '../tickets.js';
 
 /** What the image routes need. */
-export interface ImageRouteDeps {
+export interface ImageRouteDeps extends TicketDeps {
   config: Config;
   catalog: ModelCatalog;
   engines: EngineRegistry;
@@ -100,6 +101,7 @@ async function generateImages(deps: ImageRouteDeps, request: FastifyRequest<{ Bo
   const files = deps.images;
 
   const n = body.n ?? 1;
+  const ticket = ticketFor(deps, request);
   const work = engine.generate(
     model.id,
     {
@@ -109,11 +111,13 @@ async function generateImages(deps: ImageRouteDeps, request: FastifyRequest<{ Bo
       ...(body.quality ? { quality: body.quality } : {}),
       ...(body.style ? { style: body.style } : {}),
       ...(body.background ? { background: body.background } : {}),
+      ticket,
     },
     abortOnDisconnect(request, reply),
   );
   startedEngineWork(request.call, model, work);
   const result = await work;
+  noteWait(reply, ticket);
   request.call.completionTokens = result.completionTokens ?? 0;
   request.call.usedTokens = (result.promptTokens ?? Buffer.byteLength(body.prompt)) + request.call.completionTokens;
   if (result.images.length < n) {
