@@ -145,6 +145,11 @@ t.test('models and health, then the whole dashboard in Arabic, right to left', a
   await page.getByRole('link', { name: 'Models and health' }).click();
   await page.getByTestId('models-table').getByText('tiny-chat').waitFor();
   await page.getByText(/SOFTWARE key/).waitFor();
+  t.match(
+    await page.getByTestId('queue-tiny-chat').textContent(),
+    /^\d+ running, \d+ waiting \(priority \d+, default \d+, flex \d+\)$/,
+    "each model's queue, by tier",
+  );
   await capture(t, page, 'models-en');
 
   await page.getByTestId('lang-switch').click();
