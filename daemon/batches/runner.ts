@@ -184,14 +184,17 @@ export class BatchRunner {
     }
   }
 
+  /** Waits to be woken (a batch made or cancelled), or until a waiting batch may go on, or for IDLE_LOOK_MS. */
   private async idle(): Promise<void> {
+    if (!this.running.size) return this.wakeSignal;
+    const now = this.now();
+    let ms = IDLE_LOOK_MS;
+    for (const state of this.running.values()) if (state.waitUntil > now) ms = Math.min(ms, state.waitUntil - now);
     let timer: NodeJS.Timeout | undefined;
-    const looks = this.running.size
-      ? new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, IDLE_LOOK_MS);
-        })
-      : null;
-    await Promise.race(looks ? [this.wakeSignal, looks] : [this.wakeSignal]);
+    const looks = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    });
+    await Promise.race([this.wakeSignal, looks]);
     clearTimeout(timer);
   }
 
