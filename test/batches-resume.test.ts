@@ -147,6 +147,9 @@ t.test('cancelled mid-batch: cancelled, the output holds the lines that finished
     const batch = await client.batches.retrieve(created.id);
     return batch.request_counts!.completed >= 2 ? batch : undefined;
   });
+  const inUse = await client.files.delete(file.id).catch((e: unknown) => e);
+  t.ok(inUse instanceof OpenAI.ConflictError, 'the input of a running batch cannot be deleted');
+  t.match((inUse as Error).message, /Cancel the batch/);
   const cancelling = await client.batches.cancel(created.id);
   t.ok(['cancelling', 'cancelled'].includes(cancelling.status), cancelling.status);
   t.type(cancelling.cancelling_at, 'number');

@@ -35,7 +35,10 @@ const chat = (id: string, content: string) => ({
 });
 const lines = [
   chat('chat-1', 'Hello'),
-  chat('chat-pii', `My national ID is ${NATIONAL_ID} and my IBAN ${IBAN}.`),
+  {
+    ...chat('chat-pii', `My national ID is ${NATIONAL_ID} and my IBAN ${IBAN}.`),
+    body: { ...chat('chat-pii', `My national ID is ${NATIONAL_ID} and my IBAN ${IBAN}.`).body, user: `iban ${IBAN}` },
+  },
   { custom_id: 'embed-1', method: 'POST', url: '/v1/embeddings', body: { model: 'tiny-embed', input: ['one', `iban ${IBAN}`] } },
   { custom_id: 'resp-1', method: 'POST', url: '/v1/responses', body: { model: 'tiny-chat', input: 'Hi there', max_output_tokens: 8 } },
   { custom_id: 'comp-1', method: 'POST', url: '/v1/completions', body: { model: 'tiny-chat', prompt: 'Once upon', max_tokens: 4 } },
@@ -91,6 +94,7 @@ t.test('an input file is checked, scrubbed as it is stored, and answered back sc
   t.notMatch(content, IBAN);
   t.match(content, 'My national ID is [NATIONAL_ID] and my IBAN [IBAN].');
   t.match(content, '"input":["one","iban [IBAN]"]');
+  t.match(content, '"user":"iban [IBAN]"', 'a field no engine sees is scrubbed too');
   t.same(
     content
       .trimEnd()
@@ -221,11 +225,21 @@ t.test('bad files are refused with 400 naming the line', async (t) => {
   t.equal(wrongPurpose.param, 'purpose');
 });
 
-t.test('a file is deleted; a file a running batch reads cannot be', async (t) => {
+t.test('a file is deleted: gone at once', async (t) => {
   const file = await upload([chat('only', 'Hi')]);
   t.same(await client.files.delete(file.id), { id: file.id, object: 'file', deleted: true });
   const gone = await client.files.retrieve(file.id).catch((e: unknown) => e);
   t.ok(gone instanceof OpenAI.NotFoundError);
+});
+
+t.test('a line of 64 KiB or more is scrubbed in the worker thread, as a large call is', async (t) => {
+  const long = `${'lorem ipsum '.repeat(7000)} id ${NATIONAL_ID}`;
+  const file = await upload([chat('long', long)]);
+  const content = await (await client.files.content(file.id)).text();
+  t.ok(content.length > 64 * 1024);
+  t.notMatch(content, NATIONAL_ID);
+  t.match(content, 'id [NATIONAL_ID]"');
+  await client.files.delete(file.id);
 });
 
 t.test('the upload, the batch and each line have their audit entries; the log verifies', async (t) => {
@@ -238,7 +252,7 @@ t.test('the upload, the batch and each line have their audit entries; the log ve
     .map((l) => JSON.parse(l));
   const calls = entries.filter((e) => e.kind === 'call');
   const uploads = calls.filter((e) => e.route === '/v1/files' && e.method === 'POST' && e.status === 200);
-  t.match(uploads[0], { redactions: { NATIONAL_ID: 1, IBAN: 2 } }, "the first upload's entry counts what was replaced");
+  t.match(uploads[0], { redactions: { NATIONAL_ID: 1, IBAN: 3 } }, "the first upload's entry counts what was replaced");
   const lineRoutes = calls.filter((e) => ['/v1/chat/completions', '/v1/embeddings', '/v1/responses', '/v1/completions'].includes(e.route));
   t.equal(lineRoutes.length, lines.length, 'one entry per line run');
   t.ok(
@@ -247,4 +261,11 @@ t.test('the upload, the batch and each line have their audit entries; the log ve
   );
   const verified = cli(['audit', 'verify', '--data-dir', dataDir], { SOVEREIGN_AUDIT_SIGNER: 'software' });
   t.equal(verified.code, 0, verified.stdout + verified.stderr);
+  // Once every line has run and the outputs are written, still no raw value anywhere in the data directory.
+  const raw = everyFile(dataDir).filter(({ bytes }) => [NATIONAL_ID, IBAN, IBAN_COMPACT].some((v) => bytes.indexOf(v) !== -1));
+  t.same(
+    raw.map((f) => f.path),
+    [],
+    'no raw value on disk',
+  );
 });
