@@ -212,11 +212,17 @@ export class FileStore {
   async content(project: string, id: string): Promise<Buffer | null> {
     if (!this.live(project, id)) return null;
     const parts: Buffer[] = [];
-    let read = 0;
-    for (const { value } of this.lines.getRange({ start: [id, 0], end: [id, LAST] })) {
-      parts.push(Buffer.from(`${value}\n`));
-      // A long file is read in turns with the calls the event loop serves.
-      if (++read % LINES_PER_TRANSACTION === 0) await new Promise((resolve) => setImmediate(resolve));
+    // Read some lines at a time, each part on its own and in turns with the calls the event loop serves: a long file
+    // holds neither the loop nor a read transaction for long.
+    for (let from = 0; ;) {
+      let last = -1;
+      for (const { key, value } of this.lines.getRange({ start: [id, from], end: [id, LAST], limit: LINES_PER_TRANSACTION })) {
+        parts.push(Buffer.from(`${value}\n`));
+        last = key[1];
+      }
+      if (last === -1) break;
+      from = last + 1;
+      await new Promise((resolve) => setImmediate(resolve));
     }
     return Buffer.concat(parts);
   }
@@ -241,21 +247,13 @@ export class FileStore {
 
   /** Deletes expired files (not those kept for a batch) and the lines a crash left loose; resolves with how many. */
   async sweep(): Promise<number> {
-    let removed = 0;
-    for (const { key: id } of this.loose.getRange()) {
-      if (!this.writing.has(id) && !this.records.get(id)) {
-        await this.removeLines(id);
-        removed++;
-      }
-    }
+    // What to remove is read first, then removed: no read transaction stays open across the writes.
+    const loose = [...this.loose.getKeys()].filter((id) => !this.writing.has(id) && !this.records.get(id));
     const now = this.now();
-    for (const { value: record } of this.records.getRange()) {
-      if (record.expiresAt <= now && !this.keep(record.id)) {
-        await this.forget(record);
-        removed++;
-      }
-    }
-    return removed;
+    const expired = [...this.records.getRange()].map(({ value }) => value).filter((r) => r.expiresAt <= now && !this.keep(r.id));
+    for (const id of loose) await this.removeLines(id);
+    for (const record of expired) await this.forget(record);
+    return loose.length + expired.length;
   }
 
   /** Takes `bytes` of the project's room until the returned function gives it back; QuotaExceeded past it. */

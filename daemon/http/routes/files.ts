@@ -139,7 +139,6 @@ async function upload(deps: FileRouteDeps, request: FastifyRequest, reply: Fasti
   });
   checkPurpose(fields.purpose);
   const ttlSeconds = expiresAfter(fields, config.files.ttlSeconds);
-  request.call.bodyBytes = file.bytes.length;
   const parsed = await parseBatchFile(file.bytes, { maxLines: config.batches.maxLines, maxBodyBytes: config.limits.bodyBytes, checkBody });
   const { lines, redactions } = await scrubLines(parsed);
   // The name is kept and listed: scrubbed too.
