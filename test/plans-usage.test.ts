@@ -46,7 +46,7 @@ const settings = {
   listen: { host: '127.0.0.1', port: 0 },
   tls: { cert: tls.cert, key: tls.key },
   dataDir,
-  plans: { starter: { rpm: 3, tpm: 100_000 }, business: { rpm: 1000, tpm: 1_000_000 } },
+  plans: { starter: { rpm: 3, tpm: 100_000 }, business: { rpm: 1000, tpm: 1_000_000, priority: true, weight: 2 } },
   limits: { defaultPlan: 'starter' },
   upstreams: [
     {
@@ -108,6 +108,30 @@ t.test("limits come from the key's own values, else its plan, else the default p
   t.match(unknown.stderr, /no plan 'gold' in the config's 'plans' \(plans: starter, business\)/);
   const list = cli(['keys', 'list', ...withConfig]);
   t.match(list.stdout, /PLAN[\s\S]*business/, 'keys list shows plans');
+});
+
+t.test("service_tier 'priority' is taken for a key whose plan allows it; another key is served at default, and told", async (t) => {
+  // Keys of their own: the usage test below counts the others' calls.
+  const business = createKey(dataDir, 'tiers', [...withConfig, '--plan', 'business']);
+  const starter = createKey(dataDir, 'tiers', withConfig);
+  const ask = async (secret: string, service_tier?: string) =>
+    (
+      await call(secret, '/chat/completions', {
+        model: 'chat',
+        messages: [{ role: 'user', content: 'hi' }],
+        ...(service_tier ? { service_tier } : {}),
+      })
+    ).json.service_tier;
+  t.equal(await ask(business.secret, 'priority'), 'priority', 'business allows priority');
+  t.equal(await ask(business.secret, 'flex'), 'flex');
+  t.equal(await ask(business.secret), 'default');
+  t.equal(await ask(starter.secret, 'priority'), 'default', 'starter does not: lowered to default, and the answer says so');
+  const unknown = await call(business.secret, '/chat/completions', {
+    model: 'chat',
+    messages: [{ role: 'user', content: 'hi' }],
+    service_tier: 'scale',
+  });
+  t.equal(unknown.status, 400);
 });
 
 t.test('config: the default plan must be defined', async (t) => {

@@ -3,7 +3,7 @@
 // API with where there are none.
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
+import { chatSequences, loadConfig, manifestPath, modelsDir, type Config } from '../config/index.js';
 import { inferenceThreads, probeHardware } from '../hardware/index.js';
 import {
   assessModels,
@@ -183,7 +183,7 @@ async function listCommand({ file, json, config, manifest, verifier }: DeviceCal
     llama: () => Promise.resolve(llama),
     hardware,
     headroomBytes: config.models.headroomBytes,
-    parallel: config.models.parallel,
+    parallel: chatSequences(config),
     engines: BUILT_IN_ENGINES,
     posture: config.posture,
     onHashProgress: (id) => progress(json, `verifying ${id}`),

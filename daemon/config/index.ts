@@ -1,4 +1,5 @@
 export {
+  chatSequences,
   ConfigError,
   ENV_OVERRIDES,
   defaultDataDir,

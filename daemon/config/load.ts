@@ -127,6 +127,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     responses: { ttlSeconds: 30 * 24 * 3600 },
     files: { maxBytes: 32 * 1024 * 1024, maxBytesPerProject: 1024 * 1024 * 1024, ttlSeconds: 30 * 24 * 3600 },
     batches: { maxLines: 50_000, parallel: 1 },
+    scheduling: { policy: 'fair', projectWeights: {} },
     plans: {},
     usage: { billingDays: 400 },
     audit: {
@@ -381,6 +382,14 @@ export function isSovereign(posture: Posture): boolean {
 
 export function isSealed(posture: Posture): boolean {
   return posture === 'device' || posture === 'appliance';
+}
+
+/**
+ * The llama.cpp sequences a chat model's context holds: `models.parallel`, and under the fair policy one more, kept for
+ * a project that holds none (engines/slots.ts), so that its call never waits behind another project's generations.
+ */
+export function chatSequences(config: Config): number {
+  return config.models.parallel + (config.scheduling.policy === 'fair' ? 1 : 0);
 }
 
 export function isMetered(posture: Posture): boolean {

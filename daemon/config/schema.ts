@@ -36,7 +36,9 @@ export interface Config {
     defaultPlan?: string;
   };
   /** Named plans (cloud, frontier): the limits of a key on the plan that has none of its own. */
-  plans: Record<string, { rpm: number; tpm: number }>;
+  plans: Record<string, { rpm: number; tpm: number; weight?: number; priority?: boolean }>;
+  /** How each model's waiting calls are ordered, and each project's share (engines/slots.ts). */
+  scheduling: { policy: 'fair' | 'fifo'; projectWeights: Record<string, number> };
   timeouts: {
     requestMs: number;
     bodyIdleMs: number;
@@ -224,7 +226,11 @@ export const configSchema = {
         load: { enum: ['boot', 'on-demand'], description: 'Load listed models at boot, or on their first call.' },
         headroomBytes: positiveInt('Memory kept free when deciding which models fit, in bytes.', 0),
         parallel: positiveInt('Calls one model serves at the same time (llama.cpp sequences).', 1, 64),
-        queue: positiveInt('Calls that may wait per model before 503 server_overloaded.', 0, 10000),
+        queue: positiveInt(
+          'Calls that may wait per model before 503 server_overloaded: per project under the fair policy (scheduling.policy), in all under fifo.',
+          0,
+          10000,
+        ),
         gpu: { enum: ['auto', 'off'], description: 'Use a GPU if node-llama-cpp finds one (auto), or never (off).' },
         threads: positiveInt('CPU threads for inference; 0 means every core the probe finds.', 0, 1024),
         rescanSeconds: positiveInt(
@@ -297,6 +303,33 @@ export const configSchema = {
         properties: {
           rpm: positiveInt('Requests per minute of a key on the plan.'),
           tpm: positiveInt('Tokens per minute of a key on the plan.'),
+          weight: {
+            type: 'number',
+            exclusiveMinimum: 0,
+            maximum: 1000,
+            description: "The share of a model's time the calls of a key on the plan count for, against other projects' (1).",
+          },
+          priority: {
+            type: 'boolean',
+            description: "Whether a key on the plan may ask for service_tier 'priority' (false: served at 'default').",
+          },
+        },
+      },
+    },
+    scheduling: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        policy: {
+          enum: ['fair', 'fifo'],
+          description:
+            "How each model's waiting calls are ordered: 'fair', weighted fair queueing across projects; 'fifo', one queue in arrival order (the daemon's former policy, for comparison).",
+        },
+        projectWeights: {
+          type: 'object',
+          description: "Projects' weights by name or id (default 1): a project's share of a model's time against the others'.",
+          maxProperties: 10_000,
+          additionalProperties: { type: 'number', exclusiveMinimum: 0, maximum: 1000 },
         },
       },
     },

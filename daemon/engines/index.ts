@@ -2,6 +2,7 @@
 // ids to engines. The engines themselves are imported from their own folders (llama/, whisper/, upstream/): the
 // native ones load only when a model needs them. Nothing inside engines/ imports this file.
 export type {
+  CallTicket,
   ChatCallOptions,
   ChatEngine,
   ChatMessage,
@@ -18,6 +19,8 @@ export type {
   ImageRequest,
   ImageResult,
   QueueState,
+  SchedulingPolicy,
+  ServiceTier,
   ToolCall,
   ToolDefinition,
   TranscriptionEngine,

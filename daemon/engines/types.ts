@@ -65,6 +65,23 @@ export interface CompletionResult {
   usage: Usage;
 }
 
+/** OpenAI's service tiers: `priority` and `default` are interactive, `flex` work may wait (batches run at it). */
+export type ServiceTier = 'priority' | 'default' | 'flex';
+
+/** How a model's waiting calls are ordered (slots.ts): fair across projects, or in arrival order. */
+export type SchedulingPolicy = 'fair' | 'fifo';
+
+/** Who a call is for and how urgent it is: what a model's scheduler orders waiting calls by. */
+export interface CallTicket {
+  /** The project the call counts for. */
+  project: string;
+  /** The project's weight: its share of a model's time against other projects' (1 unless configured). */
+  weight: number;
+  tier: ServiceTier;
+  /** Set when the call gets its slot: how long it waited for it, in milliseconds. */
+  waitedMs?: number;
+}
+
 export interface ChatCallOptions {
   /** Receives each piece of content as it is produced (for streaming). */
   onText: (text: string) => void;
@@ -74,6 +91,8 @@ export interface ChatCallOptions {
   stream?: boolean;
   /** Receives the tokens used when the call ends, whether it finished, failed or was aborted. */
   onUsage?: (usage: Usage) => void;
+  /** Who the call is for and its tier, for the model's scheduler; absent, the call is anonymous and `default`. */
+  ticket?: CallTicket;
   /**
    * Called once the call holds its place and its input has been checked, just before generation. Until then the call
    * may still be refused (queue full, bad input), so a streamed response must not commit to a 200 before it.
@@ -85,6 +104,8 @@ export interface ChatCallOptions {
 export interface QueueState {
   busy: number;
   waiting: number;
+  /** The waiting calls by service tier, where the engine queues (upstreams queue on their own side). */
+  byTier?: { priority: number; default: number; flex: number };
 }
 
 /**
@@ -118,6 +139,8 @@ export interface EmbeddingResult {
 export interface EmbedOptions {
   /** Embed only the first tokens of an input longer than the model takes, instead of refusing it. */
   truncate?: boolean;
+  /** Who the call is for and its tier, for the model's scheduler. */
+  ticket?: CallTicket;
 }
 
 export interface EmbeddingEngine extends Engine {
@@ -138,6 +161,8 @@ export interface TranscriptionRequest {
   temperature?: number;
   /** Word timings asked for (timestamp_granularities includes "word"). */
   words: boolean;
+  /** Who the call is for and its tier, for the model's scheduler. */
+  ticket?: CallTicket;
 }
 
 export interface TranscriptionEngine extends Engine {

@@ -2,7 +2,7 @@
 import type { Config } from '../config/index.js';
 import { isMetered, isSovereign } from '../config/index.js';
 import type { LimitStore } from '../limits/index.js';
-import type { EngineRegistry } from '../engines/index.js';
+import type { EngineRegistry, QueueState } from '../engines/index.js';
 import { ownedByShown, type ModelCatalog, type Readiness } from '../models/index.js';
 import type { AuditHealth, AuditService } from '../audit/index.js';
 import type { EgressHealth, EgressService } from '../egress/index.js';
@@ -29,6 +29,8 @@ export interface HealthReport {
     detail?: string;
     busy?: number;
     waiting?: number;
+    /** The waiting calls by service tier, where the engine queues. */
+    waiting_by_tier?: { priority: number; default: number; flex: number };
   }>;
   /** Manifest models this device does not serve, and why (missing, checksum, does not fit…). */
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
@@ -82,6 +84,11 @@ export interface HealthSources {
   store?: { writes: WriteHealth };
 }
 
+function queueOf(state: QueueState | undefined) {
+  if (!state) return {};
+  return { busy: state.busy, waiting: state.waiting, ...(state.byTier ? { waiting_by_tier: state.byTier } : {}) };
+}
+
 export function healthReport(sources: HealthSources): HealthReport {
   const { config, catalog, engines, state, audit, egress, boots } = sources;
   const models = catalog.all().map((m) => ({
@@ -94,7 +101,7 @@ export function healthReport(sources: HealthSources): HealthReport {
     ...(m.frontier || !isSovereign(config.posture) ? { sovereign: false } : {}),
     ...(m.frontier ? { frontier: true } : {}),
     ...(m.detail ? { detail: m.detail } : {}),
-    ...(engines.queueState(m.id) ?? {}),
+    ...queueOf(engines.queueState(m.id)),
   }));
   const auditHealth = audit?.health() ?? null;
   const limiter =

@@ -3,7 +3,7 @@
 // answer checked against its schema), and the steps of a streamed call. Each route keeps its own wire format.
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/index.js';
-import type { ChatCallOptions, ChatEngine, ChatRequest, EngineRegistry, ToolCall, Usage } from '../engines/index.js';
+import type { CallTicket, ChatCallOptions, ChatEngine, ChatRequest, EngineRegistry, ToolCall, Usage } from '../engines/index.js';
 import { ApiError } from '../errors/index.js';
 import { JsonPosition, noRedactions, ScrubSession, StreamScrubber, type RedactionCounts } from '../scrub/index.js';
 import { checkAnswer, SCHEMA_CHECK_BUDGET_MS, SchemaCheckTimeout } from './answer-schema.js';
@@ -11,6 +11,7 @@ import { startedEngineWork } from './context.js';
 import { clientGone } from './errors.js';
 import { abortOnDisconnect } from './lifetime.js';
 import { SseStream } from './sse.js';
+import { noteWait } from './tickets.js';
 
 /** The engine serving the call's model (resolved by the pipeline), or 503 while none does. */
 export function chatEngineFor(engines: EngineRegistry, request: FastifyRequest): { engine: ChatEngine; modelId: string } {
@@ -229,6 +230,8 @@ export interface StreamedCall<R> {
   events: StreamEvents<R>;
   answer: Answering;
   onUsage: (usage: Usage) => void;
+  /** The call's place in its model's scheduler: how long it waited is said in a header when the stream commits. */
+  ticket: CallTicket;
   /** Appends the call's audit entry with the digest of what was streamed; null when the call is not audited. */
   record: (sentSha256: string, status: number) => Promise<number> | null;
 }
@@ -273,6 +276,7 @@ export function streamAnswer<R>(request: FastifyRequest, reply: FastifyReply, ca
     const start = () => {
       if (started) return;
       started = true;
+      noteWait(reply, call.ticket);
       sse.open();
       sse.event(events.opening());
       resolve(reply);
@@ -287,6 +291,7 @@ export function streamAnswer<R>(request: FastifyRequest, reply: FastifyReply, ca
         },
         signal,
         onUsage: call.onUsage,
+        ticket: call.ticket,
       })
       .then(async (result) => {
         // The engine is done: the text's pending pieces go out, and the scrubber's hold-back and every event from here

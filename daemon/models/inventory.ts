@@ -51,6 +51,7 @@ export interface AssessOptions {
   headroomBytes: number;
   /** RAM already promised to models listed earlier (a rescan counts the ones listed before it). */
   reservedBytes?: number;
+  /** The sequences a chat model's context holds (config chatSequences): its KV cache is counted for each. */
   parallel: number;
   /** Engines this build can run. */
   engines: ReadonlySet<EngineName>;

@@ -6,7 +6,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Llama } from 'node-llama-cpp';
-import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
+import { chatSequences, modelsDir as modelsDirOf, type Config } from '../config/index.js';
 import type { EngineRegistry } from '../engines/index.js';
 import type { LlamaEngine } from '../engines/llama/engine.js';
 import type { WhisperEngine } from '../engines/whisper/engine.js';
@@ -109,7 +109,14 @@ export function startModels(options: {
   let engine: Promise<LlamaEngine> | undefined;
   const llamaEngine = () =>
     (engine ??= Promise.all([runtime(), import('../engines/llama/engine.js')]).then(
-      ([l, m]) => new m.LlamaEngine(l, { threads, parallel: config.models.parallel, queue: config.models.queue, gpu: config.models.gpu }),
+      ([l, m]) =>
+        new m.LlamaEngine(l, {
+          threads,
+          parallel: config.models.parallel,
+          queue: config.models.queue,
+          gpu: config.models.gpu,
+          policy: config.scheduling.policy,
+        }),
     ));
 
   // whisper.cpp's binding loads only when a transcription model is there to run.
@@ -122,6 +129,7 @@ export function startModels(options: {
           queue: config.models.queue,
           gpu: config.models.gpu !== 'off',
           windowTimeoutMs: 10 * 60_000,
+          policy: config.scheduling.policy,
           log: (level, line) => log[level]({ engine: 'whisper.cpp' }, line),
         }),
     ));
@@ -199,7 +207,7 @@ export function startModels(options: {
       hardware: hardware!,
       headroomBytes: config.models.headroomBytes,
       reservedBytes,
-      parallel: config.models.parallel,
+      parallel: chatSequences(config),
       engines: BUILT_IN_ENGINES,
       posture: config.posture,
       onHashProgress: (id) => (done, total) => log.info({ model: id, done, total }, `verifying ${Math.round((done / total) * 100)}%`),

@@ -82,7 +82,12 @@ export class PdfWorkers {
   private closed = false;
 
   constructor(private readonly budget: PdfBudget) {
-    this.slots = new Slots(budget.workers || defaultPdfWorkers(), budget.queue, 'The PDF reader', RETRY_AFTER_SECONDS);
+    this.slots = new Slots({
+      parallel: budget.workers || defaultPdfWorkers(),
+      queue: budget.queue,
+      label: 'The PDF reader',
+      retryAfterSeconds: RETRY_AFTER_SECONDS,
+    });
   }
 
   /** The text of a PDF (extractText's), read in a worker; ExtractionError when it cannot be read within the budgets. */

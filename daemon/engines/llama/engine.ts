@@ -29,6 +29,7 @@ import type {
   EmbeddingEngine,
   EmbeddingResult,
   EmbedOptions,
+  SchedulingPolicy,
   ToolCall,
   Usage,
 } from '../types.js';
@@ -42,6 +43,8 @@ export interface LlamaEngineOptions {
   parallel: number;
   queue: number;
   gpu: 'auto' | 'off';
+  /** How each model's waiting calls are ordered (slots.ts); fair unless said. */
+  policy?: SchedulingPolicy;
 }
 
 interface ChatHost {
@@ -101,17 +104,23 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
           context,
           contextSize,
           vocabularySize: model.fileInfo.metadata.tokenizer.ggml.tokens.length,
-          slots: new Slots(1, this.options.queue, label),
+          slots: new Slots({ parallel: 1, queue: this.options.queue, label, policy: this.options.policy }),
           shortenable: entry.dimensionsShortenable ?? false,
         });
       } else {
-        const context = await model.createContext({ contextSize, sequences: this.options.parallel, threads: this.options.threads });
+        // Under the fair policy one sequence more than `parallel`, for a project that holds none (slots.ts).
+        const guests = (this.options.policy ?? 'fair') === 'fair' ? 1 : 0;
+        const context = await model.createContext({
+          contextSize,
+          sequences: this.options.parallel + guests,
+          threads: this.options.threads,
+        });
         this.hosts.set(entry.id, {
           kind: 'chat',
           model,
           context,
           chatWrapper: resolveChatWrapper(model),
-          slots: new Slots(this.options.parallel, this.options.queue, label),
+          slots: new Slots({ parallel: this.options.parallel, guests, queue: this.options.queue, label, policy: this.options.policy }),
         });
       }
     } catch (err) {
@@ -227,10 +236,10 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
    */
   private async onSequence<T>(
     host: ChatHost,
-    { signal, onUsage }: ChatCallOptions,
+    { signal, onUsage, ticket }: ChatCallOptions,
     run: (sequence: LlamaContextSequence) => Promise<T>,
   ): Promise<T> {
-    const release = await host.slots.acquire(signal);
+    const release = await host.slots.acquire(signal, ticket);
     let sequence: LlamaContextSequence | undefined;
     try {
       sequence = host.context.getSequence();
@@ -332,7 +341,7 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     options: EmbedOptions = {},
   ): Promise<EmbeddingResult> {
     const host = this.host(modelId, 'embeddings');
-    const release = await host.slots.acquire(signal);
+    const release = await host.slots.acquire(signal, options.ticket);
     try {
       const vocabulary = host.vocabularySize;
       const vectors: Float32Array[] = [];

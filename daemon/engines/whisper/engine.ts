@@ -23,7 +23,7 @@ import { ApiError } from '../../errors/index.js';
 import type { ManifestEntry } from '../../models/index.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from '../../speech/formats.js';
 import { languageCode } from '../../speech/languages.js';
-import type { TranscriptionEngine, TranscriptionRequest } from '../types.js';
+import type { SchedulingPolicy, TranscriptionEngine, TranscriptionRequest } from '../types.js';
 import { Slots } from '../slots.js';
 import { routeNativeLog, type NativeLogWriter } from './native-log.js';
 
@@ -37,6 +37,8 @@ export interface WhisperEngineOptions {
   windowTimeoutMs: number;
   /** Where whisper.cpp's own output goes, a line at a time; without it, to stderr. */
   log?: NativeLogWriter;
+  /** How each model's waiting calls are ordered (engines/slots.ts); fair unless said. */
+  policy?: SchedulingPolicy;
 }
 
 /** Languages a caller may name; whisper.cpp's codes (a code it does not know crashes the binding). */
@@ -58,7 +60,10 @@ export class WhisperEngine implements TranscriptionEngine {
 
   async load(entry: ManifestEntry, path: string): Promise<void> {
     const context = await whisper.initWhisper({ filePath: path, useGpu: this.options.gpu });
-    this.hosts.set(entry.id, { context, slots: new Slots(1, this.options.queue, `The model '${entry.id}'`) });
+    this.hosts.set(entry.id, {
+      context,
+      slots: new Slots({ parallel: 1, queue: this.options.queue, label: `The model '${entry.id}'`, policy: this.options.policy }),
+    });
   }
 
   queueState(modelId: string) {
@@ -73,7 +78,7 @@ export class WhisperEngine implements TranscriptionEngine {
   ): Promise<Transcript> {
     const host = this.hosts.get(modelId);
     if (!host) throw new ApiError('model_not_ready', `The model '${modelId}' is not loaded.`, { headers: { 'retry-after': '2' } });
-    const release = await host.slots.acquire(signal);
+    const release = await host.slots.acquire(signal, request.ticket);
     let releaseLater = false;
     try {
       let language = request.language;

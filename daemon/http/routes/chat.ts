@@ -20,10 +20,11 @@ import {
   type Answering,
   type StreamEvents,
 } from '../answers.js';
+import { noteWait, ticketFor, type TicketDeps } from '../tickets.js';
 import { chatCompletionBody } from './schemas.js';
 
 /** What the chat route needs. */
-export interface ChatRouteDeps extends AuditDeps {
+export interface ChatRouteDeps extends AuditDeps, TicketDeps {
   config: Config;
   engines: EngineRegistry;
 }
@@ -54,6 +55,7 @@ interface ChatBody {
   tools?: Array<{ function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null } }>;
   logprobs?: boolean | null;
   top_logprobs?: number | null;
+  service_tier?: 'auto' | 'default' | 'flex' | 'priority' | null;
   tool_choice?: 'none' | 'auto' | 'required' | { function: { name: string } };
 }
 
@@ -191,19 +193,26 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
       const created = Math.floor(Date.now() / 1000);
       const onUsage = usageRecorder(request);
       const answer = chatAnswering(deps.config, request);
+      const ticket = ticketFor(deps, request, request.body.service_tier);
       if (request.body.stream) {
         return streamAnswer(request, reply, {
           run: (options) => engine.chat(modelId, chatRequest, options),
-          events: chunkEvents(id, created, modelId, request.body.stream_options?.include_usage === true, answer),
+          events: chunkEvents(
+            { id, created, model: modelId, service_tier: ticket.tier },
+            request.body.stream_options?.include_usage === true,
+            answer,
+          ),
           answer,
           onUsage,
+          ticket,
           record: (sha, status) => recordCall(deps, request, status, sha),
         });
       }
 
-      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: abortOnDisconnect(request, reply), onUsage });
+      const work = engine.chat(modelId, chatRequest, { onText: () => {}, signal: abortOnDisconnect(request, reply), onUsage, ticket });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
+      noteWait(reply, ticket);
       const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
       const content = toolCalls.length ? null : await settledContent(result.content, result.finishReason, answer);
       return {
@@ -225,6 +234,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
           },
         ],
         usage: usageObject(result),
+        service_tier: ticket.tier,
       };
     },
   );
@@ -241,9 +251,14 @@ function wireToolCalls(calls: ChatResult['toolCalls'], streamed = false) {
 }
 
 /** The stream's events: the chunks of the answer, OpenAI's chat.completion.chunk, and `[DONE]`. */
-function chunkEvents(id: string, created: number, modelId: string, includeUsage: boolean, answer: Answering): StreamEvents<ChatResult> {
+function chunkEvents(
+  head: { id: string; created: number; model: string; service_tier: string },
+  includeUsage: boolean,
+  answer: Answering,
+): StreamEvents<ChatResult> {
+  const { id, created, model, service_tier } = head;
   const chunk = (choices: unknown[], extra?: { usage: ReturnType<typeof usageObject> }) =>
-    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: modelId, choices, ...extra })}\n\n`;
+    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, service_tier, choices, ...extra })}\n\n`;
   const choice = (delta: Record<string, unknown>, finishReason: ChatResult['finishReason'] | null = null) => [
     { index: 0, delta, logprobs: null, finish_reason: finishReason },
   ];

@@ -9,9 +9,10 @@ import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { recordCall, recordStreamStart, type AuditDeps } from '../stages/audit.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { answering, chatEngineFor, settledContent, streamAnswer, usageRecorder, type StreamEvents } from '../answers.js';
+import { noteWait, ticketFor, type TicketDeps } from '../tickets.js';
 import { completionBody } from './schemas.js';
 
-export interface CompletionsRouteDeps extends AuditDeps {
+export interface CompletionsRouteDeps extends AuditDeps, TicketDeps {
   config: Config;
   engines: EngineRegistry;
 }
@@ -29,6 +30,7 @@ interface CompletionBody {
   stream_options?: { include_usage?: boolean } | null;
   echo?: boolean | null;
   logprobs?: number | null;
+  service_tier?: 'auto' | 'default' | 'flex' | 'priority' | null;
 }
 
 /** OpenAI's default for this endpoint. */
@@ -105,6 +107,7 @@ export function registerCompletionsRoute(v1: FastifyInstance, deps: CompletionsR
       const created = Math.floor(Date.now() / 1000);
       const answer = answering(deps.config, request, { json: false, schema: null, lengthParam: 'max_tokens' });
       const echo = body.echo === true;
+      const ticket = ticketFor(deps, request, body.service_tier);
 
       if (body.stream) {
         const prompt = prompts[0]!;
@@ -113,6 +116,7 @@ export function registerCompletionsRoute(v1: FastifyInstance, deps: CompletionsR
           events: chunkEvents(id, created, modelId, body.stream_options?.include_usage === true, echo ? prompt : ''),
           answer,
           onUsage: usageRecorder(request),
+          ticket,
           record: (sha, status) => recordCall(deps, request, status, sha),
         });
       }
@@ -131,6 +135,7 @@ export function registerCompletionsRoute(v1: FastifyInstance, deps: CompletionsR
             last = u;
             record({ promptTokens: used.promptTokens + u.promptTokens, completionTokens: used.completionTokens + u.completionTokens });
           },
+          ticket,
         });
         startedEngineWork(request.call, request.call.model!, work);
         const result = await work.finally(() => {
@@ -140,6 +145,7 @@ export function registerCompletionsRoute(v1: FastifyInstance, deps: CompletionsR
         const text = await settledContent(result.text, result.finishReason, answer);
         choices.push({ text: echo ? prompt + text : text, index, logprobs: null, finish_reason: result.finishReason });
       }
+      noteWait(reply, ticket);
       return { id, object: 'text_completion', created, model: modelId, choices, usage: usageObject(used) };
     },
   );

@@ -10,14 +10,15 @@ import { answerPrompt, DocumentLibrary, LibraryError, type DocumentRecord, type 
 import { ApiError } from '../../errors/index.js';
 import type { ServedModel, ModelCatalog } from '../../models/index.js';
 import { noRedactions, ScrubSession } from '../../scrub/index.js';
-import { noteModelUsed, startedEngineWork, type CallContext, type RouteDeclaration } from '../context.js';
+import { noteModelUsed, startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { scrubRequest } from '../stages/scrub.js';
 import { acceptUploads } from '../multipart.js';
+import { ticketFor, type TicketDeps } from '../tickets.js';
 import { readUpload } from './document-upload.js';
 
 /** What the document routes need. */
-export interface DocumentRouteDeps {
+export interface DocumentRouteDeps extends TicketDeps {
   config: Config;
   catalog: ModelCatalog;
   engines: EngineRegistry;
@@ -104,7 +105,8 @@ function libraryError(err: unknown): never {
  * or the first one served and ready that is not a frontier provider's (a knowledge base leaves the sovereign boundary
  * only when the operator names such a model); null when there is none (lexical retrieval only).
  */
-function documentEmbedder(deps: DocumentRouteDeps, call: CallContext): Embedder | null {
+function documentEmbedder(deps: DocumentRouteDeps, request: FastifyRequest): Embedder | null {
+  const call = request.call;
   const configured = deps.config.documents.embeddingModel;
   const model = configured
     ? deps.catalog.resolve(configured, 'embeddings')
@@ -115,7 +117,8 @@ function documentEmbedder(deps: DocumentRouteDeps, call: CallContext): Embedder 
     model: model.id,
     async embed(texts, signal) {
       noteModelUsed(call, model);
-      const result = await engine.embed(model.id, texts, signal ?? new AbortController().signal, { truncate: true });
+      const ticket = ticketFor(deps, request);
+      const result = await engine.embed(model.id, texts, signal ?? new AbortController().signal, { truncate: true, ticket });
       return result.vectors;
     },
   };
@@ -243,7 +246,7 @@ async function ingestDocument(deps: DocumentRouteDeps, request: FastifyRequest, 
         metadata: body.metadata ?? null,
         redactions: request.call.redactions ?? noRedactions(),
       },
-      documentEmbedder(deps, request.call),
+      documentEmbedder(deps, request),
       signal,
     );
     request.log.info({ document: record.id, chunks: record.chunkIds.length, ms: Date.now() - started }, 'document ingested');
@@ -270,7 +273,7 @@ async function queryDocuments(deps: DocumentRouteDeps, request: FastifyRequest<{
     body.knowledge_base,
     body.query,
     body.top_k ?? 5,
-    documentEmbedder(deps, request.call),
+    documentEmbedder(deps, request),
     signal,
   );
   const citations = hits.map((h, i) => ({

@@ -5,10 +5,11 @@ import { ApiError } from '../../errors/index.js';
 import { ScrubSession } from '../../scrub/index.js';
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
+import { noteWait, ticketFor, type TicketDeps } from '../tickets.js';
 import { embeddingsBody } from './schemas.js';
 
 /** What the embeddings route needs. */
-export interface EmbeddingsRouteDeps {
+export interface EmbeddingsRouteDeps extends TicketDeps {
   engines: EngineRegistry;
 }
 
@@ -16,6 +17,7 @@ interface EmbeddingsBody {
   model: string;
   input: string | string[] | number[] | number[][];
   encoding_format?: 'float' | 'base64';
+  service_tier?: 'auto' | 'default' | 'flex' | 'priority' | null;
   dimensions?: number;
 }
 
@@ -102,9 +104,11 @@ export function registerEmbeddingsRoute(v1: FastifyInstance, deps: EmbeddingsRou
           });
         }
       }
-      const work = engine.embed(modelId, scrubbedTokens(engine, modelId, request), abortOnDisconnect(request, reply));
+      const ticket = ticketFor(deps, request, request.body.service_tier);
+      const work = engine.embed(modelId, scrubbedTokens(engine, modelId, request), abortOnDisconnect(request, reply), { ticket });
       startedEngineWork(request.call, request.call.model!, work);
       const result = await work;
+      noteWait(reply, ticket);
       request.call.usedTokens = result.promptTokens;
       const base64 = request.body.encoding_format === 'base64';
       return {

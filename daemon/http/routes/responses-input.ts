@@ -59,6 +59,7 @@ export interface ResponsesBody {
   prompt?: unknown;
   conversation?: unknown;
   top_logprobs?: number | null;
+  service_tier?: 'auto' | 'default' | 'flex' | 'priority' | null;
   user?: string;
 }
 

@@ -34,9 +34,10 @@ import {
   type ResponsesBody,
   type ResponsesFormat,
 } from './responses-input.js';
+import { noteWait, ticketFor, type TicketDeps } from '../tickets.js';
 import { responsesBody } from './schemas.js';
 
-export interface ResponsesRouteDeps extends AuditDeps {
+export interface ResponsesRouteDeps extends AuditDeps, TicketDeps {
   config: Config;
   engines: EngineRegistry;
   responses: ResponseStore;
@@ -185,7 +186,8 @@ async function respond(
     strictTools: strictTools(body),
     lengthParam: 'max_output_tokens',
   });
-  const shape = new ResponseShape(`resp_${request.id.slice(4)}`, modelId, body);
+  const ticket = ticketFor(deps, request, body.service_tier);
+  const shape = new ResponseShape(`resp_${request.id.slice(4)}`, modelId, body, ticket.tier);
   const keep = async (response: ResponseObject) => {
     if (body.store !== false) await deps.responses.save(project, response, input);
   };
@@ -196,6 +198,7 @@ async function respond(
       events: streamEvents(shape, answer, keep),
       answer,
       onUsage: usageRecorder(request),
+      ticket,
       record: (sha, status) => recordCall(deps, request, status, sha),
     });
   }
@@ -204,9 +207,11 @@ async function respond(
     onText: () => {},
     signal: abortOnDisconnect(request, reply),
     onUsage: usageRecorder(request),
+    ticket,
   });
   startedEngineWork(request.call, request.call.model!, work);
   const result = await work;
+  noteWait(reply, ticket);
   const toolCalls = await settledToolCalls(result.toolCalls, result.finishReason, answer);
   const text = toolCalls.length && !result.content ? null : await settledContent(result.content, result.finishReason, answer);
   const response = shape.finished(result, text, toolCalls);
@@ -223,6 +228,8 @@ class ResponseShape {
     readonly id: string,
     private readonly model: string,
     private readonly body: ResponsesBody,
+    /** The tier the call runs at, as the response says (OpenAI's `service_tier`). */
+    private readonly tier: string,
   ) {}
 
   /** The response with `status` and `output` (and, once finished, usage). */
@@ -247,6 +254,7 @@ class ResponseShape {
       parallel_tool_calls: body.parallel_tool_calls ?? true,
       previous_response_id: body.previous_response_id ?? null,
       reasoning: { effort: null, summary: null },
+      service_tier: this.tier,
       store: body.store !== false,
       temperature: body.temperature ?? 1,
       text: { format: formatOf(body.text?.format) },

@@ -22,10 +22,11 @@ import {
 import { startedEngineWork, type RouteDeclaration } from '../context.js';
 import { abortOnDisconnect } from '../lifetime.js';
 import { acceptUploads, readParts, type Parts } from '../multipart.js';
+import { noteWait, ticketFor, type TicketDeps } from '../tickets.js';
 import { scrubRequest } from '../stages/scrub.js';
 
 /** What the transcription route needs. */
-export interface TranscriptionRouteDeps {
+export interface TranscriptionRouteDeps extends TicketDeps {
   config: Config;
   catalog: ModelCatalog;
   engines: EngineRegistry;
@@ -60,6 +61,7 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: Transcript
       const body = { prompt: fields.prompt ?? '' };
       await scrubRequest(request, 'transcription', body);
 
+      const ticket = ticketFor(deps, request);
       const signal = abortOnDisconnect(request, reply);
       const windows = decodeWindows(file.bytes, {
         windowSeconds: WINDOW_SECONDS,
@@ -72,11 +74,12 @@ export function registerTranscriptionRoute(v1: FastifyInstance, deps: Transcript
         const work = engine.transcribe(
           model.id,
           windows,
-          { language, prompt: body.prompt || undefined, temperature, words: granularities.has('word') },
+          { language, prompt: body.prompt || undefined, temperature, words: granularities.has('word'), ticket },
           signal,
         );
         startedEngineWork(request.call, model, work);
         transcript = await work;
+        noteWait(reply, ticket);
       } catch (err) {
         if (err instanceof AudioError) throw invalid(err.message, 'file');
         throw err;

@@ -10,7 +10,17 @@ interface Health {
   posture: string;
   region: string;
   sovereign: boolean;
-  models: Array<{ id: string; capability: string; readiness: string; upstream?: string; frontier?: boolean; detail?: string }>;
+  models: Array<{
+    id: string;
+    capability: string;
+    readiness: string;
+    upstream?: string;
+    frontier?: boolean;
+    detail?: string;
+    busy?: number;
+    waiting?: number;
+    waiting_by_tier?: { priority: number; default: number; flex: number };
+  }>;
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   audit: { entries: number; signer: string | null; problem: string | null } | null;
   egress?: { refused: number };
@@ -69,6 +79,7 @@ function ServedModels(props: { models: Health['models']; listed: string[] }) {
           <th scope="col">{t('models.readiness')}</th>
           <th scope="col">{t('models.listed')}</th>
           <th scope="col">{t('models.where')}</th>
+          <th scope="col">{t('models.queue')}</th>
           <th scope="col">{t('models.detail')}</th>
         </tr>
       </thead>
@@ -88,12 +99,21 @@ function ServedModels(props: { models: Health['models']; listed: string[] }) {
                 t('models.local')
               )}
             </td>
+            <td data-testid={`queue-${m.id}`}>{queueOf(m)}</td>
             <td dir="ltr">{m.detail ?? ''}</td>
           </tr>
         ))}
       </tbody>
     </table>
   );
+}
+
+/** Calls running and waiting, the waiting ones by service tier; nothing where the engine does not queue. */
+function queueOf(m: Health['models'][number]): string {
+  if (m.busy === undefined || m.waiting === undefined) return '';
+  const tiers = m.waiting_by_tier;
+  const byTier = tiers ? t('models.queueTiers', { priority: tiers.priority, default: tiers.default, flex: tiers.flex }) : '';
+  return `${t('models.queueCounts', { busy: m.busy, waiting: m.waiting })}${byTier ? ` ${byTier}` : ''}`;
 }
 
 /** The manifest's models this deployment does not serve, and why. */
