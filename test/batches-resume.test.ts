@@ -147,6 +147,14 @@ t.test('cancelled mid-batch: cancelled, the output holds the lines that finished
     const batch = await client.batches.retrieve(created.id);
     return batch.request_counts!.completed >= 2 ? batch : undefined;
   });
+  // The batch runs in the room interactive calls leave: an interactive call is served meanwhile.
+  const interactive = await client.chat.completions.create({
+    model: 'tiny-chat',
+    messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 4,
+  });
+  t.equal(interactive.service_tier, 'default', 'an interactive call is served while the batch runs');
+  t.equal((await client.batches.retrieve(created.id)).status, 'in_progress');
   const inUse = await client.files.delete(file.id).catch((e: unknown) => e);
   t.ok(inUse instanceof OpenAI.ConflictError, 'the input of a running batch cannot be deleted');
   t.match((inUse as Error).message, /Cancel the batch/);

@@ -141,6 +141,8 @@ t.test('a batch runs every line through its route; the output holds every custom
   t.match(byId['chat-1'].response.body, { object: 'chat.completion', model: 'tiny-chat', choices: [{ message: { role: 'assistant' } }] });
   t.match(byId['embed-1'].response.body, { object: 'list', data: [{ object: 'embedding' }, { object: 'embedding' }] });
   t.match(byId['resp-1'].response.body, { object: 'response', model: 'tiny-chat' });
+  t.equal(byId['chat-1'].response.body.service_tier, 'flex', 'run at the flex tier');
+  t.equal(byId['resp-1'].response.body.service_tier, 'flex');
   t.match(byId['comp-1'].response.body, { object: 'text_completion' });
   t.match(byId['missing-model'], { response: { status_code: 404, body: { error: { code: 'model_not_found' } } }, error: null });
   const outputFile = await client.files.retrieve(batch.output_file_id!);
