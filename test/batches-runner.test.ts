@@ -144,6 +144,10 @@ t.test('an answer handed in twice is recorded once', async (t) => {
   const ended = await batches.end(record.id, 'cancelled');
   t.same(await content(ended.outputFileId), [{ first: true }]);
   t.same(await content(ended.errorFileId), [{ not: 'run' }], 'only the line not done is marked not run');
+  await batches.forgetLines(record.id);
+  const late = await batches.answered(record.id, 1, true, '{"late":true}');
+  t.same([late.completed, late.outputLines], [1, 1], 'an answer after the batch ended is not recorded');
+  t.same(await content(ended.outputFileId), [{ first: true }]);
 });
 
 t.test('stopping waits for the lines in progress and starts no more', async (t) => {

@@ -325,6 +325,7 @@ export class BatchRunner {
       else await this.markNotRun(record, NOT_RUN_BECAUSE[status]);
       const ended = await this.batches.end(record.id, status, errors);
       this.running.delete(record.id);
+      await this.batches.forgetLines(record.id);
       this.log.info(
         { batch: ended.id, project: ended.project, status, total: ended.total, completed: ended.completed, failed: ended.failed },
         'batch ended',

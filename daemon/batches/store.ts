@@ -225,12 +225,12 @@ export class BatchStore {
 
   /**
    * Line `index` answered: its output line goes into the output file (a success) or the error file, its mark is set and
-   * the batch's counts move, in one transaction. A line already done is left as it is (it is answered once).
+   * the batch's counts move, in one transaction. A line already done, or of a batch that has ended, is left as it is (it is answered once).
    */
   async answered(id: string, index: number, succeeded: boolean, text: string): Promise<BatchRecord> {
     const bytes = Buffer.byteLength(text) + 1;
     return this.update(id, (r) => {
-      if (this.isDone(id, index)) return null;
+      if (ENDED.has(r.status) || this.isDone(id, index)) return null;
       void this.marks.put([id, index], succeeded ? ANSWERED : FAILED);
       if (succeeded) {
         void this.files.lines.put([r.outputFileId, index], text);
@@ -244,6 +244,7 @@ export class BatchStore {
   /** Lines the batch ended before running: each gets its line in the error file (`text` of its index), not counted as failed. */
   async notRun(id: string, indexes: readonly number[], text: (index: number) => string): Promise<void> {
     await this.update(id, (r) => {
+      if (ENDED.has(r.status)) return null;
       let lines = 0;
       let bytes = 0;
       for (const index of indexes) {
@@ -289,6 +290,20 @@ export class BatchStore {
     });
     await this.store.flushed();
     return ended;
+  }
+
+  /**
+   * Removes the marks of an ended batch's lines, some at a time: they matter only while it runs (its counts and files
+   * say the rest). One left by a crash on the way is harmless.
+   */
+  async forgetLines(id: string): Promise<void> {
+    for (;;) {
+      const keys = [...this.marks.getKeys({ start: [id, 0], end: [id, Number.MAX_SAFE_INTEGER], limit: 1000 })];
+      if (!keys.length) return;
+      await this.marks.transaction(() => {
+        for (const key of keys) void this.marks.remove(key);
+      });
+    }
   }
 
   /** Whether a batch that has not ended reads the file (its input). */
