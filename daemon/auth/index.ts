@@ -1,37 +1,13 @@
 // Bearer authentication for every /v1 call. Every failure is the same 401 (`invalid_api_key`) so a caller learns
 // nothing about which keys exist; only "no key at all" gets its own wording, since that is a client bug.
 import { ApiError } from '../errors/index.js';
-import { sameSecret, type KeyMatch, type KeyRegistry } from '../keys/index.js';
+import { sameSecret, type KeyRegistry } from '../keys/index.js';
+import { principalOf, type Principal } from './principal.js';
 
-export interface Principal {
-  keyId: string;
-  projectId: string;
-  /** The key's own limits, or undefined to use the configured defaults. */
-  rpm: number | undefined;
-  tpm: number | undefined;
-  /** The key's plan, or undefined for limits.defaultPlan. */
-  plan: string | undefined;
-  /** The limits all the project's keys share, or undefined for limits.defaultProjectRpm and defaultProjectTpm. */
-  projectRpm: number | undefined;
-  projectTpm: number | undefined;
-  /** The member account that made the key's project, whose projects share the account's in-flight places. */
-  accountId: string | undefined;
-}
+export { principalOf, type Principal } from './principal.js';
+export { InternalCredentials, INTERNAL_CREDENTIAL_HEADER, refusedFromNetwork } from './internal.js';
 
 const BEARER = /^Bearer +(\S+) *$/i;
-
-export function principalOf({ record, project }: KeyMatch): Principal {
-  return {
-    keyId: record.id,
-    projectId: record.projectId,
-    rpm: record.rpm,
-    tpm: record.tpm,
-    plan: record.plan,
-    projectRpm: project?.rpm,
-    projectTpm: project?.tpm,
-    accountId: project?.owner,
-  };
-}
 
 /** What a connection's last call authenticated as, and with which header, while the keys stood at `version`. */
 interface ConnectionMemo {

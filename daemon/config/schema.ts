@@ -71,6 +71,10 @@ export interface Config {
   };
   images: { urlTtlSeconds: number };
   responses: { ttlSeconds: number };
+  /** Files kept for the Batch API (/v1/files): their size, each project's room, how long they stay. */
+  files: { maxBytes: number; maxBytesPerProject: number; ttlSeconds: number };
+  /** Batches (/v1/batches): how many lines a file may have, how many lines run at once. */
+  batches: { maxLines: number; parallel: number };
   usage: { billingDays: number };
   audit: {
     signer: 'tpm' | 'software';
@@ -356,6 +360,30 @@ export const configSchema = {
           60,
           365 * 24 * 3600,
         ),
+      },
+    },
+    files: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxBytes: positiveInt('Bytes of one file uploaded to /v1/files; a larger one gets 413.', 1024, 1024 * 1024 * 1024),
+        maxBytesPerProject: positiveInt(
+          "Bytes all of a project's files may hold together (batch inputs, outputs and errors); an upload past it gets 413.",
+          1024,
+        ),
+        ttlSeconds: positiveInt(
+          'How long a file (a batch input, output or error file) is kept before it is deleted, in seconds.',
+          1,
+          365 * 24 * 3600,
+        ),
+      },
+    },
+    batches: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxLines: positiveInt('Requests (lines) one batch input file may hold; a file with more gets 400 at upload.', 1, 1_000_000),
+        parallel: positiveInt("Batch lines run at once, across every batch: each holds one of a model's slots.", 1, 8),
       },
     },
     audit: {

@@ -3,6 +3,7 @@
 // may return. Stages that do nothing on a posture (metering on sealed postures) are left out of the list there.
 import type { FastifyBaseLogger } from 'fastify';
 import type { AuditService } from '../audit/index.js';
+import type { InternalCredentials } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import type { KeyRegistry } from '../keys/index.js';
 import type { InFlightGate, KeyLimits } from '../limits/index.js';
@@ -39,6 +40,8 @@ export interface PipelineDeps {
   audit: AuditService;
   /** Calls and tokens per key and route. */
   usage: UsageMeter;
+  /** What the calls the daemon makes to itself (a batch's lines) authenticate with (auth/internal.ts). */
+  credentials: InternalCredentials;
 }
 
 /** Where a stage applies: every response (errors and 404s included), or the /v1 routes. */

@@ -21,11 +21,13 @@ import { clientGone, sendError, toApiError, writeClientError, writeResponseError
 import { pipeline, type PipelineDeps, type Scope } from './pipeline.js';
 import { registerStages } from './stage.js';
 import { registerAuditRoutes, type AuditRouteDeps } from './routes/audit.js';
+import { registerBatchRoutes, type BatchRouteDeps } from './routes/batches.js';
 import { registerChatRoute, type ChatRouteDeps } from './routes/chat.js';
 import { registerCompletionsRoute, type CompletionsRouteDeps } from './routes/completions.js';
 import { registerResponsesRoutes, type ResponsesRouteDeps } from './routes/responses.js';
 import { registerDocumentRoutes, type DocumentRouteDeps } from './routes/documents.js';
 import { registerEmbeddingsRoute, type EmbeddingsRouteDeps } from './routes/embeddings.js';
+import { registerFileRoutes, type FileRouteDeps } from './routes/files.js';
 import { registerImageRoutes, type ImageRouteDeps } from './routes/images.js';
 import { registerLivenessRoute, registerServiceRoutes, type ServiceRouteDeps } from './routes/service.js';
 import { registerTranscriptionRoute, type TranscriptionRouteDeps } from './routes/transcriptions.js';
@@ -42,6 +44,8 @@ export type AppDeps = PipelineDeps &
   DocumentRouteDeps &
   TranscriptionRouteDeps &
   ImageRouteDeps &
+  FileRouteDeps &
+  BatchRouteDeps &
   Omit<DashboardDeps, 'health'> & {
     /** Told of a write that failed for a full disk, so that health says why until one succeeds again. */
     store: Store;
@@ -113,6 +117,8 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
       registerDocumentRoutes(v1, deps);
       registerTranscriptionRoute(v1, deps);
       registerImageRoutes(v1, deps);
+      registerFileRoutes(v1, deps);
+      registerBatchRoutes(v1, deps);
     },
     { prefix: '/v1' },
   );

@@ -307,6 +307,17 @@ export class KeyRegistry {
     return null;
   }
 
+  /**
+   * The active key with this id, without its secret: for calls the daemon makes itself on a key's behalf (a batch's
+   * lines, auth/internal.ts), which hold no secret. Read as authentication reads it, so a revocation or new limits
+   * apply to the next such call too.
+   */
+  active(id: string): KeyMatch | null {
+    const key = this.cached(id, this.version());
+    if (!key || key.record.revokedAt) return null;
+    return { record: key.record, project: key.project, current: true };
+  }
+
   /** A number that moves with every change to any key, by any process (a revocation, a rotation, new limits). */
   version(): number | undefined {
     return this.versions.get(VERSION);

@@ -7,7 +7,9 @@ import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';
-import { buildApp, stopSchemaChecks, type DaemonState } from '../http/index.js';
+import { buildApp, inProcessCaller, stopSchemaChecks, type DaemonState } from '../http/index.js';
+import { InternalCredentials } from '../auth/index.js';
+import { BatchRunner, BatchStore, FileStore } from '../batches/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
@@ -115,6 +117,11 @@ export async function startDaemon(
   });
   const images = new ImageFiles(join(config.dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
   const responses = new ResponseStore(store, config.responses.ttlSeconds * 1000);
+  const keys = new KeyRegistry(store);
+  const files = new FileStore(store, { ttlMs: config.files.ttlSeconds * 1000, maxBytesPerProject: config.files.maxBytesPerProject });
+  const batches = new BatchStore(store, files);
+  const runner = new BatchRunner({ batches, files, log, parallel: config.batches.parallel });
+  const credentials = new InternalCredentials(keys);
 
   let app: FastifyInstance | undefined;
   let audit: AuditService | undefined;
@@ -134,7 +141,7 @@ export async function startDaemon(
     app = buildApp(
       {
         config,
-        keys: new KeyRegistry(store),
+        keys,
         limits: new KeyLimits(limitStore, log),
         gate: new InFlightGate(config.limits.maxInFlight, shareSizes(config.limits)),
         catalog,
@@ -148,6 +155,9 @@ export async function startDaemon(
         documents,
         images,
         responses,
+        files,
+        batches,
+        credentials,
         egress,
         boots: boots.report,
         upstreams,
@@ -162,6 +172,7 @@ export async function startDaemon(
     await usage.close();
     images.close();
     responses.close();
+    files.close();
     await limitStore.close();
     await upstreams?.close();
     await engines.close();
@@ -196,6 +207,9 @@ export async function startDaemon(
     log,
     onEvent: modelEventRecorder(events, boots.report.boots),
   });
+  // Batches that had not ended resume, and new ones run, in the background: each line a call through the app.
+  files.start((err) => log.error({ err: err.message }, 'expired files could not be deleted; tried again in a minute'));
+  runner.start(inProcessCaller(app, credentials));
   // Saved vector graphs are checked (and damaged ones rebuilt) in the background; a query waits for its own.
   const documentsOpened = documents.open().catch((err: Error) => log.error({ err: err.message }, 'could not open the vector indexes'));
 
@@ -208,7 +222,11 @@ export async function startDaemon(
       closing ??= (async () => {
         state.draining = true;
         notifier.stopping();
-        const outcome = await drain(app, config.timeouts.shutdownGraceMs, log);
+        // The batch lines in progress finish (within the grace) before the engines they run on close; no new one starts.
+        const [outcome] = await Promise.all([
+          drain(app, config.timeouts.shutdownGraceMs, log),
+          runner.stop(config.timeouts.shutdownGraceMs),
+        ]);
         await upstreams.close();
         await models.dispose();
         await engines.close();
@@ -218,6 +236,7 @@ export async function startDaemon(
         await stopSchemaChecks();
         images.close();
         responses.close();
+        files.close();
         await limitStore.close();
         await usage.close();
         // The egress counts and the CLI's last events, then a last checkpoint covering every entry.

@@ -34,7 +34,8 @@ export function openStore(dataDir: string): Store {
   const path = join(dataDir, 'sovereign.mdb');
   let root: RootDatabase;
   try {
-    root = open({ path, maxDbs: 32, compression: false });
+    // Room for every store's named databases with some to spare (a named database costs nothing until opened).
+    root = open({ path, maxDbs: 64, compression: false });
   } catch (err) {
     throw new Error(`cannot open the state database at ${path}: ${(err as Error).message}`);
   }

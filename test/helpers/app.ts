@@ -4,6 +4,8 @@
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import { Accounts } from '../../daemon/accounts/index.js';
+import { InternalCredentials } from '../../daemon/auth/index.js';
+import { BatchStore, FileStore } from '../../daemon/batches/index.js';
 import { AuditService } from '../../daemon/audit/index.js';
 import { loadConfig, type ConfigFlags } from '../../daemon/config/index.js';
 import { DocumentLibrary } from '../../daemon/documents/index.js';
@@ -63,6 +65,7 @@ export async function startStandInApp(
   const usage = new UsageMeter(store, () => {}, config.usage.billingDays);
   const images = new ImageFiles(join(dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
   const responses = new ResponseStore(store, config.responses.ttlSeconds * 1000);
+  const files = new FileStore(store, { ttlMs: config.files.ttlSeconds * 1000, maxBytesPerProject: config.files.maxBytesPerProject });
   const app = buildApp(
     {
       config,
@@ -95,6 +98,9 @@ export async function startStandInApp(
       }),
       images,
       responses,
+      files,
+      batches: new BatchStore(store, files),
+      credentials: new InternalCredentials(keys),
       // Not started: no guard is installed in the test's own process.
       egress: new EgressService(config, store, log, () => {}),
       boots: new BootLog(store).report,

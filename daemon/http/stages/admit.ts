@@ -1,9 +1,17 @@
 // Admit and authenticate, on /v1: a place under the in-flight ceiling (limits.maxInFlight), then the key, then the
 // key's, its project's and its account's shares of the places. Release place gives the place back when the call ends.
-import { authenticate, type Principal } from '../../auth/index.js';
+import {
+  authenticate,
+  INTERNAL_CREDENTIAL_HEADER,
+  refusedFromNetwork,
+  type InternalCredentials,
+  type Principal,
+} from '../../auth/index.js';
 import { ApiError, MESSAGES } from '../../errors/index.js';
 import type { KeyRegistry } from '../../keys/index.js';
 import type { FullShare, InFlightGate } from '../../limits/index.js';
+import type { FastifyRequest } from 'fastify';
+import { isInProcess } from '../in-process.js';
 import type { CallEndStage, RequestStage } from '../stage.js';
 
 export function admitStage(gate: InFlightGate): RequestStage {
@@ -22,7 +30,7 @@ export function releasePlaceStage(): CallEndStage {
   return { name: 'release place', hook: 'callEnd', run: (request) => request.call.place?.release() };
 }
 
-export function authenticateStage(deps: { keys: KeyRegistry; gate: InFlightGate }): RequestStage {
+export function authenticateStage(deps: { keys: KeyRegistry; gate: InFlightGate; credentials: InternalCredentials }): RequestStage {
   return {
     name: 'authenticate',
     hook: 'onRequest',
@@ -31,7 +39,7 @@ export function authenticateStage(deps: { keys: KeyRegistry; gate: InFlightGate 
       const place = request.call.place!;
       let principal: Principal;
       try {
-        principal = authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+        principal = principalOf(request, deps);
       } catch (err) {
         // A refused call gives its place back at once, not when its answer has been read: calls without a valid key
         // hold no place while their answers wait behind others on a connection nobody reads.
@@ -46,6 +54,18 @@ export function authenticateStage(deps: { keys: KeyRegistry; gate: InFlightGate 
       }
     },
   };
+}
+
+/**
+ * The key a call acts as: the one its bearer secret names, or, for a call the daemon makes to itself (a batch's line),
+ * the one its in-process credential was issued for (auth/internal.ts). That credential is looked for only on a call
+ * that came through no network connection; a network call carrying its header is refused outright.
+ */
+function principalOf(request: FastifyRequest, deps: { keys: KeyRegistry; credentials: InternalCredentials }): Principal {
+  const internal = request.headers[INTERNAL_CREDENTIAL_HEADER];
+  if (internal === undefined) return authenticate(request.headers.authorization, deps.keys, request.raw.socket);
+  if (!isInProcess(request) || typeof internal !== 'string') throw refusedFromNetwork();
+  return deps.credentials.redeem(internal);
 }
 
 /**

@@ -3,6 +3,7 @@
 import { ApiError } from '../../errors/index.js';
 import { BodyIdleWatch } from '../body-idle.js';
 import { cutOffCall } from '../errors.js';
+import { isInProcess } from '../in-process.js';
 import type { RequestStage } from '../stage.js';
 
 export interface WatchBodyDeps {
@@ -21,5 +22,11 @@ export function watchBodyStage(deps: WatchBodyDeps): RequestStage {
     // Its audit entry says 408 too (the body's reading then fails, and the error handler reads it).
     cutOffCall(request, error, 'Request Timeout', deps.fixedHeaders);
   });
-  return { name: 'watch body', hook: 'onRequest', run: (request, reply) => watch.watch(request, reply), close: () => watch.close() };
+  return {
+    name: 'watch body',
+    hook: 'onRequest',
+    // A call the daemon makes to itself (a batch's line) has no connection to watch.
+    run: (request, reply) => (isInProcess(request) ? undefined : watch.watch(request, reply)),
+    close: () => watch.close(),
+  };
 }

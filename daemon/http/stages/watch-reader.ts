@@ -2,6 +2,7 @@
 // that reads none of it (reader-idle.ts) is closed, which ends its call.
 import type { FastifyBaseLogger } from 'fastify';
 import { ReaderIdleWatch } from '../reader-idle.js';
+import { isInProcess } from '../in-process.js';
 import type { RequestStage } from '../stage.js';
 
 export interface WatchReaderDeps {
@@ -21,5 +22,11 @@ export function watchReaderStage(deps: WatchReaderDeps): RequestStage {
       socket.destroy();
     }
   });
-  return { name: 'watch reader', hook: 'onRequest', run: (request) => watch.watch(request.raw.socket), close: () => watch.close() };
+  return {
+    name: 'watch reader',
+    hook: 'onRequest',
+    // A call the daemon makes to itself (a batch's line) has no connection to watch.
+    run: (request) => (isInProcess(request) ? undefined : watch.watch(request.raw.socket)),
+    close: () => watch.close(),
+  };
 }
