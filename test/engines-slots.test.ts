@@ -121,6 +121,21 @@ t.test('fair: a full queue refuses only the project that filled it', async (t) =
   t.ok(await Promise.race([b.then(() => false), settle().then(() => true)]), 'B is queued, not refused');
 });
 
+for (const policy of ['fair', 'fifo'] as const) {
+  t.test(`${policy}: with no queue, a free slot is still taken and only a call that would wait is refused`, async (t) => {
+    const { slots, order, take } = harness({ parallel: 1, queue: 0, label: "The PDF reader", policy });
+    await take('a0', ticket('A'));
+    t.same(order, ['a0'], 'the free slot is granted');
+    const refused = await take('b0', ticket('B')).then(
+      () => null,
+      (err: Error & { status?: number }) => err,
+    );
+    t.equal(refused?.status, 503, 'the next call would wait: refused');
+    t.match(refused?.message, /busy \(1 calls running/);
+    t.same(slots.state, { busy: 1, waiting: 0, byTier: { priority: 0, default: 0, flex: 0 } }, 'nothing left waiting');
+  });
+}
+
 t.test('an aborted waiting call leaves the queue; its place goes to the next', async (t) => {
   const { slots, order, take, release } = harness({ parallel: 1, queue: 8, label: 'm' });
   void take('a0', ticket('A'));

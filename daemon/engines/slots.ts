@@ -107,7 +107,6 @@ export class Slots {
     if (signal.aborted) return Promise.reject(signal.reason as Error);
     const project = this.policy === 'fair' ? this.project(ticket) : null;
     const waitingThere = project ? count(project) : this.fifo.length;
-    if (waitingThere >= this.queue) return Promise.reject(this.full(waitingThere, project !== null));
     return new Promise((resolve, reject) => {
       const waiting: Waiting = {
         ticket,
@@ -131,6 +130,11 @@ export class Slots {
       this.arriving = waiting;
       this.dispatch();
       this.arriving = null;
+      // The bound is on calls that wait: one granted as it arrives passes even with `queue` 0.
+      if (waitingThere >= this.queue && this.remove(waiting)) {
+        signal.removeEventListener('abort', waiting.onAbort);
+        reject(this.full(waitingThere, project !== null));
+      }
     });
   }
 
