@@ -52,6 +52,8 @@ export interface AssessOptions {
   /** RAM already promised to models listed earlier (a rescan counts the ones listed before it). */
   reservedBytes?: number;
   parallel: number;
+  /** Contexts each embeddings model gets (the llama engine's pool). */
+  embeddingContexts: number;
   /** Engines this build can run. */
   engines: ReadonlySet<EngineName>;
   /** The posture that would serve them: demo models are served on `device` only. */
@@ -161,7 +163,7 @@ async function checkFit(entry: ManifestEntry, status: ModelStatus, options: Asse
     return ['gpu_required', `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${found}`];
   }
   const { estimateRam } = await import('./fit.js');
-  const estimate = await estimateRam(entry, status.path, await options.llama(), options.parallel);
+  const estimate = await estimateRam(entry, status.path, await options.llama(), options.parallel, options.embeddingContexts);
   status.requiredRamBytes = estimate.bytes;
   if (estimate.bytes > room.budget) {
     status.fits = false;

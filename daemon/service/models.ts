@@ -109,7 +109,14 @@ export function startModels(options: {
   let engine: Promise<LlamaEngine> | undefined;
   const llamaEngine = () =>
     (engine ??= Promise.all([runtime(), import('../engines/llama/engine.js')]).then(
-      ([l, m]) => new m.LlamaEngine(l, { threads, parallel: config.models.parallel, queue: config.models.queue, gpu: config.models.gpu }),
+      ([l, m]) =>
+        new m.LlamaEngine(l, {
+          threads,
+          parallel: config.models.parallel,
+          embeddingContexts: config.models.embeddingContexts,
+          queue: config.models.queue,
+          gpu: config.models.gpu,
+        }),
     ));
 
   // whisper.cpp's binding loads only when a transcription model is there to run.
@@ -200,6 +207,7 @@ export function startModels(options: {
       headroomBytes: config.models.headroomBytes,
       reservedBytes,
       parallel: config.models.parallel,
+      embeddingContexts: config.models.embeddingContexts,
       engines: BUILT_IN_ENGINES,
       posture: config.posture,
       onHashProgress: (id) => (done, total) => log.info({ model: id, done, total }, `verifying ${Math.round((done / total) * 100)}%`),
