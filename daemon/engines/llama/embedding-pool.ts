@@ -3,10 +3,10 @@
 // node-llama-cpp 3.21 gives one vector per decode: its binding reads the pooled embedding of sequence 0, or the last
 // token of the batch, and nothing else (AddonContext::GetEmbedding). Several inputs in one decode would be computed
 // but their vectors could not be read, so inputs are not packed into shared decodes: each context runs one input at a
-// time, and the pool keeps all of its contexts busy at once. Their decodes run side by side on libuv's threads, and
-// node-llama-cpp's thread splitter shares the runtime's `threads` among the decodes in progress (one decode alone
-// gets them all). Each input is embedded exactly as it would be alone: same tokens, same context size, its own
-// context cleared first; the thread count a decode gets does not change the vector.
+// time, and the pool keeps all of its contexts busy at once. Their decodes run side by side on libuv's threads, each
+// context on its share of the engine's threads (engine.ts). Each input is embedded exactly as it would be alone: same
+// tokens, same context size, its own context cleared first; the thread count a decode runs on does not change the
+// vector.
 //
 // The inputs of one call spread over every free context, and the calls in progress share the contexts input by
 // input, so a short call (a query) beside a long one (a document's chunks) waits for one decode, not for the whole

@@ -47,8 +47,9 @@ export interface LlamaEngineOptions {
   queue: number;
   gpu: 'auto' | 'off';
   /**
-   * Contexts each embeddings model embeds on at once (embedding-pool.ts), and calls it serves at once. 1 embeds one
-   * input at a time on one context, as the engine did before the pool: the bench's baseline. Default 2.
+   * Contexts each embeddings model embeds on at once (embedding-pool.ts), each with `threads / embeddingContexts`
+   * threads, and calls it serves at once. 1 embeds one input at a time on one context with every thread, as the engine
+   * did before the pool: the bench's baseline. Default 2.
    */
   embeddingContexts?: number;
 }
@@ -468,15 +469,18 @@ function usageOf(sequence: LlamaContextSequence): Usage {
 
 /**
  * The contexts an embeddings model embeds on. One batch holds a whole input: embedding models attend both ways, so an
- * input split across batches would be embedded wrongly (or refused by llama.cpp). Each context may use every thread;
- * node-llama-cpp shares them among the decodes running at once.
+ * input split across batches would be embedded wrongly (or refused by llama.cpp). Each context has its own share of
+ * the threads, so the pool's decodes together use every thread and no more. They are not left to node-llama-cpp's
+ * splitter (every context wanting every thread): then a decode that finds the others idle takes them all and the next
+ * decodes change the thread count back and forth, which made single inputs many times slower, not faster; a decode
+ * split over threads also waits for the slowest thread at every step, which small models and busy machines pay most.
  */
 async function embeddingPool(model: LlamaModel, contextSize: number, options: LlamaEngineOptions): Promise<EmbeddingPool> {
+  const count = Math.max(1, options.embeddingContexts ?? 2);
+  const threads = Math.max(1, Math.floor(options.threads / count));
   const contexts: LlamaEmbeddingContext[] = [];
   try {
-    for (let i = 0; i < Math.max(1, options.embeddingContexts ?? 2); i++) {
-      contexts.push(await model.createEmbeddingContext({ contextSize, batchSize: contextSize, threads: options.threads }));
-    }
+    for (let i = 0; i < count; i++) contexts.push(await model.createEmbeddingContext({ contextSize, batchSize: contextSize, threads }));
   } catch (err) {
     for (const context of contexts) await context.dispose();
     throw err;
