@@ -7,7 +7,7 @@
 //   npm run bench:llama                       a generated random-weight model (about 60 MB)
 //   npm run bench:llama -- --model FILE.gguf  an operator's real model
 //   options: --rounds N (default 7), --tokens N (default 128), --streams 1,4,8 (the numbers of streams at once)
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -44,20 +44,49 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)];
 }
 
-/** One stream of a round: its tokens, and when it was asked for, gave its first text and ended (performance.now()). */
+/**
+ * One stream of a round: its tokens; when it was asked for, gave its first text and ended (performance.now()); and
+ * its text as it came: [time, characters so far].
+ */
 interface Run {
   tokens: number;
   start: number;
   first: number;
   end: number;
+  progress: Array<[number, number]>;
+}
+
+/** A phase's rounds and the CPU time it took: the process's all threads (llama.cpp's among them), in ms. */
+interface Phase {
+  rounds: Run[][];
+  cpuMs: number;
+}
+
+/** The share of a stream's text that came after `from` and by `to`. */
+function shareBetween(run: Run, from: number, to: number): number {
+  const total = run.progress.at(-1)?.[1] ?? 0;
+  if (!total) return 0;
+  let before = 0;
+  let by = 0;
+  for (const [time, chars] of run.progress) {
+    if (time <= from) before = chars;
+    if (time <= to) by = chars;
+  }
+  return (by - before) / total;
 }
 
 /**
- * A round's aggregate decode throughput: the tokens after each stream's first, over the time from the first stream's
- * first text to the last stream's end. With one stream, that stream's decode rate.
+ * A round's aggregate decode throughput: the tokens generated while every stream of the round was generating (from
+ * the last first text to the first end), over that time; each stream's tokens in it counted by the share of its text
+ * that came then. Starts that straggle are the first token's cost, not the decoding's. With one stream, its rate after
+ * its first text.
  */
-const decodeRate = (round: Run[]) =>
-  round.reduce((n, r) => n + r.tokens - 1, 0) / ((Math.max(...round.map((r) => r.end)) - Math.min(...round.map((r) => r.first))) / 1000);
+function decodeRate(round: Run[]): number {
+  const from = Math.max(...round.map((r) => r.first));
+  const to = Math.min(...round.map((r) => r.end));
+  if (to <= from) return NaN;
+  return round.reduce((n, r) => n + r.tokens * shareBetween(r, from, to), 0) / ((to - from) / 1000);
+}
 /** All tokens of a round over the time from the first request to the last end. */
 const endToEndRate = (round: Run[]) =>
   round.reduce((n, r) => n + r.tokens, 0) / ((Math.max(...round.map((r) => r.end)) - Math.min(...round.map((r) => r.start))) / 1000);
@@ -76,33 +105,53 @@ if (values.role === 'direct') {
     const chat = new LlamaChat({ contextSequence: sequence, chatWrapper, autoDisposeSequence: false });
     const start = performance.now();
     let first = 0;
+    let chars = 0;
+    const progress: Run['progress'] = [];
     await chat.generateResponse(history, {
       maxTokens,
       temperature: 0,
       onTextChunk: (text) => {
-        if (text) first ||= performance.now();
+        if (!text) return;
+        const now = performance.now();
+        first ||= now;
+        progress.push([now, (chars += text.length)]);
       },
     });
     const end = performance.now();
     chat.dispose();
     await sequence.dispose();
-    return { tokens: sequence.tokenMeter.usedOutputTokens, start, first, end };
+    return { tokens: sequence.tokenMeter.usedOutputTokens, start, first, end, progress };
   };
   const out: Run[][] = [];
+  let cpu = process.cpuUsage();
   for (let i = 0; i <= rounds; i++) {
-    const round = await Promise.all(Array.from({ length: streams }, stream));
     // Round 0 warms up, as the daemon's first calls do.
+    if (i === 1) cpu = process.cpuUsage();
+    const round = await Promise.all(Array.from({ length: streams }, stream));
     if (i > 0) out.push(round);
   }
-  process.stdout.write(`${JSON.stringify(out)}\n`);
+  const used = process.cpuUsage(cpu);
+  const phase: Phase = { rounds: out, cpuMs: (used.user + used.system) / 1000 };
+  process.stdout.write(`${JSON.stringify(phase)}\n`);
   process.exit(0);
 }
 
 const modelPath = values.model ? resolve(values.model) : join(work, 'bench-model.gguf');
 if (!values.model) {
   process.stderr.write('writing a random-weight benchmark model… ');
-  // Seed 1: with these weights greedy decoding does not hit end-of-turn early, so every call generates --tokens.
-  writeTinyGguf(modelPath, { embedding: 512, layers: 6, heads: 8, feedForward: 1536, context: 2048, name: 'bench', seed: 1 });
+  // Every call generates --tokens: the end tokens' output rows are zero (neverEnds). Streams batched together get
+  // slightly different logits than a stream alone, which on random weights made some pick an end token early, and then
+  // the two sides did not do the same work.
+  writeTinyGguf(modelPath, {
+    embedding: 512,
+    layers: 6,
+    heads: 8,
+    feedForward: 1536,
+    context: 2048,
+    name: 'bench',
+    seed: 1,
+    neverEnds: true,
+  });
   process.stderr.write('done\n');
 }
 const size = statSync(modelPath).size;
@@ -146,7 +195,7 @@ const secret = (JSON.parse(await run(['keys', 'create', '--project', 'bench', '-
   .secret;
 
 /** A daemon serving the model with `parallel` sequences and this machine's core count of threads; its URL. */
-async function startDaemon(parallel: number): Promise<{ url: string; stop: () => Promise<void> }> {
+async function startDaemon(parallel: number): Promise<{ url: string; cpuMs: () => number; stop: () => Promise<void> }> {
   const configFile = join(work, `config-${parallel}.json`);
   writeFileSync(configFile, JSON.stringify({ models: { parallel, threads }, log: { level: 'warn' } }));
   const daemon = spawn(
@@ -183,11 +232,20 @@ async function startDaemon(parallel: number): Promise<{ url: string; stop: () =>
   }
   return {
     url,
+    cpuMs: () => processCpuMs(daemon.pid!),
     stop: async () => {
       daemon.kill('SIGTERM');
       await exited;
     },
   };
+}
+
+const clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+/** CPU time a process has used, all its threads, in ms (/proc/PID/stat: utime and stime). */
+function processCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / clockTicks;
 }
 
 // node:http and a scan for the first content delta only: the client shares the machine's cores with the daemon,
@@ -205,6 +263,8 @@ function viaDaemon(url: string): Promise<Run> {
   return new Promise((resolve, reject) => {
     const start = performance.now();
     let first = 0;
+    let chars = 0;
+    const progress: Run['progress'] = [];
     let tail = '';
     const req = http.request(`${url}/chat/completions`, {
       method: 'POST',
@@ -215,13 +275,21 @@ function viaDaemon(url: string): Promise<Run> {
       if (res.statusCode !== 200) reject(new Error(`the daemon answered ${res.statusCode}`));
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => {
-        if (!first && chunk.includes('"delta":{"content":"') && !chunk.includes('"delta":{"role"')) first = performance.now();
+        const now = performance.now();
+        if (!first && chunk.includes('"delta":{"content":"') && !chunk.includes('"delta":{"role"')) first = now;
+        // The content's length as sent (JSON-escaped): only its shares within the stream are used.
+        let text = 0;
+        for (let at = chunk.indexOf('"content":"'); at >= 0; at = chunk.indexOf('"content":"', at + 11)) {
+          const close = chunk.indexOf('"}', at + 11);
+          if (close > at) text += close - at - 11;
+        }
+        if (text) progress.push([now, (chars += text)]);
         tail = (tail + chunk).slice(-2048);
       });
       res.on('end', () => {
         const end = performance.now();
         const tokens = Number(/"completion_tokens":(\d+)/.exec(tail)?.[1] ?? 0);
-        resolve({ tokens, start, first, end });
+        resolve({ tokens, start, first, end, progress });
       });
     });
     req.on('error', reject);
@@ -230,7 +298,7 @@ function viaDaemon(url: string): Promise<Run> {
 }
 
 const directPhase = (streams: number) =>
-  new Promise<Run[][]>((res, rej) => {
+  new Promise<Phase>((res, rej) => {
     const child = spawn(
       process.execPath,
       [
@@ -253,12 +321,16 @@ const directPhase = (streams: number) =>
     );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('exit', (code) => (code === 0 ? res(JSON.parse(out) as Run[][]) : rej(new Error(`direct run exited ${code}`))));
+    child.on('exit', (code) => (code === 0 ? res(JSON.parse(out) as Phase) : rej(new Error(`direct run exited ${code}`))));
   });
-const daemonPhase = async (url: string, streams: number) => {
+/** The daemon's phase; its CPU time is the daemon's and this client's (which the direct side has no need of). */
+const daemonPhase = async (daemon: { url: string; cpuMs: () => number }, streams: number): Promise<Phase & { clientCpuMs: number }> => {
   const out: Run[][] = [];
-  for (let i = 0; i < rounds; i++) out.push(await Promise.all(Array.from({ length: streams }, () => viaDaemon(url))));
-  return out;
+  const before = daemon.cpuMs();
+  const client = process.cpuUsage();
+  for (let i = 0; i < rounds; i++) out.push(await Promise.all(Array.from({ length: streams }, () => viaDaemon(daemon.url))));
+  const used = process.cpuUsage(client);
+  return { rounds: out, cpuMs: daemon.cpuMs() - before, clientCpuMs: (used.user + used.system) / 1000 };
 };
 
 interface Side {
@@ -266,13 +338,22 @@ interface Side {
   decode: number;
   endToEnd: number;
   ttftMs: number;
+  /** CPU time per generated token: the generating process's, and the bench client's (the daemon's side only). */
+  cpuMsPerToken: number;
+  clientCpuMsPerToken: number;
 }
-const side = (rs: Run[][]): Side => ({
-  rounds: rs,
-  decode: median(rs.map(decodeRate)),
-  endToEnd: median(rs.map(endToEndRate)),
-  ttftMs: median(rs.flat().map((r) => r.first - r.start)),
-});
+const side = (phases: Array<Phase & { clientCpuMs?: number }>): Side => {
+  const rs = phases.flatMap((p) => p.rounds);
+  const generated = rs.flat().reduce((n, r) => n + r.tokens, 0);
+  return {
+    rounds: rs,
+    decode: median(rs.map(decodeRate)),
+    endToEnd: median(rs.map(endToEndRate)),
+    ttftMs: median(rs.flat().map((r) => r.first - r.start)),
+    cpuMsPerToken: phases.reduce((n, p) => n + p.cpuMs, 0) / generated,
+    clientCpuMsPerToken: phases.reduce((n, p) => n + (p.clientCpuMs ?? 0), 0) / generated,
+  };
+};
 interface Level {
   streams: number;
   direct: Side;
@@ -287,11 +368,11 @@ try {
       // The daemon's warm-up; the direct side warms up inside its phase.
       await Promise.all(Array.from({ length: streams }, () => viaDaemon(daemon.url)));
       // Alternating phases (direct, daemon, direct, daemon), each side alone on the machine while it runs.
-      const d: Run[][] = [];
-      const s: Run[][] = [];
+      const d: Phase[] = [];
+      const s: Array<Phase & { clientCpuMs: number }> = [];
       for (let phase = 0; phase < 2; phase++) {
-        d.push(...(await directPhase(streams)));
-        s.push(...(await daemonPhase(daemon.url, streams)));
+        d.push(await directPhase(streams));
+        s.push(await daemonPhase(daemon, streams));
       }
       const direct = side(d);
       const viaTheDaemon = side(s);
@@ -327,6 +408,13 @@ for (const { streams, direct, daemon, ratio } of levels) {
 }
 const tokens = (rs: Run[][]) => [...new Set(rs.flat().map((r) => r.tokens))].join(',');
 console.log('');
+console.log('CPU ms per token   direct (its process)   daemon (its process + the bench client)');
+for (const { streams, direct, daemon } of levels) {
+  console.log(
+    `${String(streams).padStart(7)} streams   ${direct.cpuMsPerToken.toFixed(2).padStart(20)}   ${(daemon.cpuMsPerToken + daemon.clientCpuMsPerToken).toFixed(2)} (${daemon.cpuMsPerToken.toFixed(2)} + ${daemon.clientCpuMsPerToken.toFixed(2)})`,
+  );
+}
+console.log('');
 console.log(
   `tokens per stream: ${levels.map((l) => `${l.streams} streams: direct ${tokens(l.direct.rounds)}, daemon ${tokens(l.daemon.rounds)}`).join('; ')}`,
 );
@@ -348,6 +436,7 @@ appendResult(
       decodeTokensPerSecond: { direct: direct.decode, daemon: daemon.decode, ratio },
       endToEndTokensPerSecond: { direct: direct.endToEnd, daemon: daemon.endToEnd, ratio: daemon.endToEnd / direct.endToEnd },
       firstTokenMs: { direct: direct.ttftMs, daemon: daemon.ttftMs },
+      cpuMsPerToken: { direct: direct.cpuMsPerToken, daemon: daemon.cpuMsPerToken, client: daemon.clientCpuMsPerToken },
       tokensPerStream: { direct: tokens(direct.rounds), daemon: tokens(daemon.rounds) },
     })),
     goals: {
