@@ -108,6 +108,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
       load: 'boot',
       headroomBytes: 1024 * 1024 * 1024,
       parallel: 2,
+      embeddingContexts: 2,
       queue: 32,
       gpu: 'auto',
       threads: 0,

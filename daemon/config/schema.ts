@@ -51,6 +51,8 @@ export interface Config {
     load: 'boot' | 'on-demand';
     headroomBytes: number;
     parallel: number;
+    /** Contexts each embeddings model embeds on at once. */
+    embeddingContexts: number;
     queue: number;
     gpu: 'auto' | 'off';
     threads: number;
@@ -226,6 +228,11 @@ export const configSchema = {
         load: { enum: ['boot', 'on-demand'], description: 'Load listed models at boot, or on their first call.' },
         headroomBytes: positiveInt('Memory kept free when deciding which models fit, in bytes.', 0),
         parallel: positiveInt('Calls one model serves at the same time (llama.cpp sequences).', 1, 64),
+        embeddingContexts: positiveInt(
+          'Contexts each embeddings model embeds on at once, each holding one input; also the calls it serves at once. 1 embeds one input at a time.',
+          1,
+          64,
+        ),
         queue: positiveInt(
           'Calls that may wait per model before 503 server_overloaded: per project under the fair policy (scheduling.policy), in all under fifo.',
           0,

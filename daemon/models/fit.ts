@@ -1,9 +1,10 @@
-// The fit rule. A model fits when its weights, its KV cache at the serving context (for every parallel sequence)
-// and the compute buffers, as node-llama-cpp's GGUF insights estimate them for CPU memory, are at most what is
-// left of the probed available RAM after the configured headroom and after the models listed before it. The
-// manifest's own `needs.ramBytes` is a floor: the larger of the two counts. Models are taken in manifest order,
-// so the operator orders the manifest by priority. Counting everything in RAM even when a GPU could take layers
-// keeps the rule conservative: a listed model never fails for memory.
+// The fit rule. A model fits when its weights, its KV cache at the serving context (for every parallel sequence of a
+// chat model, for every context of an embeddings model's pool) and the compute buffers (one set per context), as
+// node-llama-cpp's GGUF insights estimate them for CPU memory, are at most what is left of the probed available RAM
+// after the configured headroom and after the models listed before it. The manifest's own `needs.ramBytes` is a
+// floor: the larger of the two counts. Models are taken in manifest order, so the operator orders the manifest by
+// priority. Counting everything in RAM even when a GPU could take layers keeps the rule conservative: a listed model
+// never fails for memory.
 import { statSync } from 'node:fs';
 import { GgmlType, GgufInsights, readGgufFileInfo, type GgufFileInfo, type Llama } from 'node-llama-cpp';
 import { servingContextOf, type ManifestEntry } from './manifest.js';
@@ -14,7 +15,13 @@ export interface RamEstimate {
   basis: string;
 }
 
-export async function estimateRam(entry: ManifestEntry, path: string, llama: Llama, parallel: number): Promise<RamEstimate> {
+export async function estimateRam(
+  entry: ManifestEntry,
+  path: string,
+  llama: Llama,
+  parallel: number,
+  embeddingContexts: number,
+): Promise<RamEstimate> {
   const floor = entry.needs.ramBytes;
   if (entry.engine !== 'llama.cpp') return { bytes: floor, basis: 'manifest needs.ramBytes' };
   const info = await readGgufFileInfo(path, { readTensorInfo: true, ignoreKeys: [] });
@@ -22,7 +29,7 @@ export async function estimateRam(entry: ManifestEntry, path: string, llama: Lla
   const insights = await GgufInsights.from(info, llama);
   const weights = insights.estimateModelResourceRequirements({ gpuLayers: 0 }).cpuRam;
   const isEmbedding = entry.capability === 'embeddings';
-  const context = insights.estimateContextResourceRequirements({
+  const perContext = insights.estimateContextResourceRequirements({
     contextSize: servingContextOf(entry),
     modelGpuLayers: 0,
     sequences: isEmbedding ? 1 : parallel,
@@ -30,6 +37,7 @@ export async function estimateRam(entry: ManifestEntry, path: string, llama: Lla
     ...(isEmbedding ? { batchSize: servingContextOf(entry) } : {}),
     includeGraphOverhead: true,
   }).cpuRam;
+  const context = isEmbedding ? perContext * embeddingContexts : perContext;
   const estimated = weights + context;
   return estimated >= floor
     ? { bytes: estimated, basis: `GGUF insights: weights ${weights} B + context ${context} B` }

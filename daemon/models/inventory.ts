@@ -53,6 +53,8 @@ export interface AssessOptions {
   reservedBytes?: number;
   /** The sequences a chat model's context holds (config chatSequences): its KV cache is counted for each. */
   parallel: number;
+  /** Contexts each embeddings model gets (the llama engine's pool). */
+  embeddingContexts: number;
   /** Engines this build can run. */
   engines: ReadonlySet<EngineName>;
   /** The posture that would serve them: demo models are served on `device` only. */
@@ -162,7 +164,7 @@ async function checkFit(entry: ManifestEntry, status: ModelStatus, options: Asse
     return ['gpu_required', `needs a GPU with ${gib(entry.needs.vramBytes)} free; the probe found ${found}`];
   }
   const { estimateRam } = await import('./fit.js');
-  const estimate = await estimateRam(entry, status.path, await options.llama(), options.parallel);
+  const estimate = await estimateRam(entry, status.path, await options.llama(), options.parallel, options.embeddingContexts);
   status.requiredRamBytes = estimate.bytes;
   if (estimate.bytes > room.budget) {
     status.fits = false;

@@ -113,6 +113,7 @@ export function startModels(options: {
         new m.LlamaEngine(l, {
           threads,
           parallel: config.models.parallel,
+          embeddingContexts: config.models.embeddingContexts,
           queue: config.models.queue,
           gpu: config.models.gpu,
           policy: config.scheduling.policy,
@@ -208,6 +209,7 @@ export function startModels(options: {
       headroomBytes: config.models.headroomBytes,
       reservedBytes,
       parallel: chatSequences(config),
+      embeddingContexts: config.models.embeddingContexts,
       engines: BUILT_IN_ENGINES,
       posture: config.posture,
       onHashProgress: (id) => (done, total) => log.info({ model: id, done, total }, `verifying ${Math.round((done / total) * 100)}%`),

@@ -1,6 +1,8 @@
 // llama.cpp through node-llama-cpp: chat and embeddings for the GGUF models the inventory lists. Each chat model
 // has one context with `parallel` sequences; each call takes a sequence (waiting in a bounded queue if none is
 // free), and gives it back when it ends or its client goes away, so an aborted call frees its KV cache at once.
+// Each embeddings model has a pool of `embeddingContexts` contexts that embed the inputs of the calls in progress
+// side by side (embedding-pool.ts).
 import { randomBytes } from 'node:crypto';
 import {
   LlamaChat,
@@ -16,6 +18,7 @@ import {
   type LlamaEmbeddingContext,
   type LlamaGrammar,
   type LlamaModel,
+  type Token,
 } from 'node-llama-cpp';
 import { ApiError } from '../../errors/index.js';
 import { servingContextOf, type ManifestEntry } from '../../models/index.js';
@@ -34,6 +37,7 @@ import type {
   Usage,
 } from '../types.js';
 import { Slots } from '../slots.js';
+import { EmbeddingPool } from './embedding-pool.js';
 import { toHistory } from './history.js';
 import { grammarSchema, jsonSchemaGrammar } from './json-schema.js';
 import { StopSequences } from './stops.js';
@@ -45,6 +49,12 @@ export interface LlamaEngineOptions {
   gpu: 'auto' | 'off';
   /** How each model's waiting calls are ordered (slots.ts); fair unless said. */
   policy?: SchedulingPolicy;
+  /**
+   * Contexts each embeddings model embeds on at once (embedding-pool.ts), each with `threads / embeddingContexts`
+   * threads, and calls it serves at once. 1 embeds one input at a time on one context with every thread, as the engine
+   * did before the pool: the bench's baseline. Default 2.
+   */
+  embeddingContexts?: number;
 }
 
 interface ChatHost {
@@ -59,7 +69,7 @@ interface ChatHost {
 interface EmbeddingHost {
   kind: 'embeddings';
   model: LlamaModel;
-  context: LlamaEmbeddingContext;
+  context: EmbeddingPool;
   contextSize: number;
   vocabularySize: number;
   slots: Slots;
@@ -95,16 +105,14 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
       const contextSize = servingContextOf(entry);
       const label = `The model '${entry.id}'`;
       if (entry.capability === 'embeddings') {
-        // One batch holds a whole input: embedding models attend both ways, so an input split across batches would
-        // be embedded wrongly (or refused by llama.cpp).
-        const context = await model.createEmbeddingContext({ contextSize, batchSize: contextSize, threads: this.options.threads });
+        const context = await embeddingPool(model, contextSize, this.options);
         this.hosts.set(entry.id, {
           kind: 'embeddings',
           model,
           context,
           contextSize,
           vocabularySize: model.fileInfo.metadata.tokenizer.ggml.tokens.length,
-          slots: new Slots({ parallel: 1, queue: this.options.queue, label, policy: this.options.policy }),
+          slots: new Slots({ parallel: context.size, queue: this.options.queue, label, policy: this.options.policy }),
           shortenable: entry.dimensionsShortenable ?? false,
         });
       } else {
@@ -343,37 +351,11 @@ export class LlamaEngine implements ChatEngine, EmbeddingEngine {
     const host = this.host(modelId, 'embeddings');
     const release = await host.slots.acquire(signal, options.ticket);
     try {
-      const vocabulary = host.vocabularySize;
-      const vectors: Float32Array[] = [];
-      let promptTokens = 0;
-      for (const [i, input] of inputs.entries()) {
-        if (signal.aborted) throw signal.reason as Error;
-        let tokens = typeof input === 'string' ? host.model.tokenize(input) : input;
-        if (typeof input !== 'string') {
-          const bad = input.find((t) => t >= vocabulary);
-          if (bad !== undefined)
-            throw new ApiError('invalid_request_error', `input[${i}] has token ${bad}, outside this model's vocabulary of ${vocabulary}.`, {
-              param: 'input',
-            });
-        }
-        if (tokens.length === 0) {
-          throw new ApiError('invalid_request_error', `input[${i}] is empty. Send at least one character or token.`, { param: 'input' });
-        }
-        // llama.cpp adds the model's begin and end tokens to every input, and needs them inside the context.
-        if (tokens.length + 2 >= host.contextSize && options.truncate) tokens = tokens.slice(0, host.contextSize - 3);
-        if (tokens.length + 2 >= host.contextSize) {
-          throw new ApiError(
-            'invalid_request_error',
-            `input[${i}] is ${tokens.length} tokens; this model embeds at most ${host.contextSize - 3}. Split it.`,
-            { param: 'input' },
-          );
-        }
-        promptTokens += tokens.length;
-        // A copy: llama.cpp's input preparation adds the special tokens to the array it is given.
-        const embedding = await host.context.getEmbeddingFor([...tokens] as Parameters<LlamaEmbeddingContext['getEmbeddingFor']>[0]);
-        vectors.push(normalize(Float32Array.from(embedding.vector)));
-      }
-      return { vectors, promptTokens };
+      // Every input is checked before any is embedded: a call refused for its fifth input costs no decode.
+      const tokens = inputs.map((input, i) => embeddingTokens(host, input, i, options.truncate ?? false));
+      const promptTokens = tokens.reduce((n, t) => n + t.length, 0);
+      const vectors = await host.context.embed(tokens, signal);
+      return { vectors: vectors.map(normalize), promptTokens };
     } finally {
       release();
     }
@@ -492,6 +474,58 @@ function roomAfter(host: ChatHost, promptTokens: number, param: 'messages' | 'pr
 function usageOf(sequence: LlamaContextSequence): Usage {
   const meter = sequence.tokenMeter.getState();
   return { promptTokens: meter.usedInputTokens + (meter.usedOutputTokens > 0 ? 1 : 0), completionTokens: meter.usedOutputTokens };
+}
+
+/**
+ * The contexts an embeddings model embeds on. One batch holds a whole input: embedding models attend both ways, so an
+ * input split across batches would be embedded wrongly (or refused by llama.cpp). Each context has its own share of
+ * the threads, so the pool's decodes together use every thread and no more. They are not left to node-llama-cpp's
+ * splitter (every context wanting every thread): then a decode that finds the others idle takes them all and the next
+ * decodes change the thread count back and forth, which made single inputs many times slower, not faster; a decode
+ * split over threads also waits for the slowest thread at every step, which small models and busy machines pay most.
+ */
+async function embeddingPool(model: LlamaModel, contextSize: number, options: LlamaEngineOptions): Promise<EmbeddingPool> {
+  const count = Math.max(1, options.embeddingContexts ?? 2);
+  const threads = Math.max(1, Math.floor(options.threads / count));
+  const contexts: LlamaEmbeddingContext[] = [];
+  try {
+    for (let i = 0; i < count; i++) contexts.push(await model.createEmbeddingContext({ contextSize, batchSize: contextSize, threads }));
+  } catch (err) {
+    for (const context of contexts) await context.dispose();
+    throw err;
+  }
+  return new EmbeddingPool(contexts);
+}
+
+/** An input's tokens as the model embeds them, or the client's 400 naming it. */
+function embeddingTokens(host: EmbeddingHost, input: string | number[], i: number, truncate: boolean): Token[] {
+  let tokens = typeof input === 'string' ? host.model.tokenize(input) : (input as Token[]);
+  if (typeof input !== 'string') {
+    const bad = input.find((t) => t >= host.vocabularySize);
+    if (bad !== undefined)
+      throw new ApiError(
+        'invalid_request_error',
+        `input[${i}] has token ${bad}, outside this model's vocabulary of ${host.vocabularySize}.`,
+        {
+          param: 'input',
+        },
+      );
+  }
+  if (tokens.length === 0) {
+    throw new ApiError('invalid_request_error', `input[${i}] is empty. Send at least one character or token.`, { param: 'input' });
+  }
+  // llama.cpp adds the model's begin and end tokens to every input, and needs them inside the context.
+  if (tokens.length + 2 >= host.contextSize && truncate) tokens = tokens.slice(0, host.contextSize - 3);
+  if (tokens.length + 2 >= host.contextSize) {
+    throw new ApiError(
+      'invalid_request_error',
+      `input[${i}] is ${tokens.length} tokens; this model embeds at most ${host.contextSize - 3}. Split it.`,
+      {
+        param: 'input',
+      },
+    );
+  }
+  return tokens;
 }
 
 /** Unit length, as OpenAI's embeddings are, so cosine similarity is a dot product. */

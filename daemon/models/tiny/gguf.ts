@@ -137,6 +137,12 @@ export interface TinyModelOptions {
   extraTokens?: number;
   /** Declares fill-in-the-middle tokens (prefix, suffix, middle), as code models' GGUFs do. */
   fim?: boolean;
+  /**
+   * Zeroes the output rows of the special tokens (begin, end, im_start, im_end): their logits are 0 while the others'
+   * are random, so greedy decoding does not end a generation before its max tokens. For benchmarks, whose calls must
+   * all do the same work however batching perturbs the logits. The other weights are unchanged.
+   */
+  neverEnds?: boolean;
 }
 
 /** What a manifest entry's `gguf` object says of a file writeTinyGguf wrote. */
@@ -259,6 +265,9 @@ export function tinyGguf(options: TinyModelOptions = {}): { bytes: Buffer; gguf:
   tensors.forEach((t, i) => {
     const values = new Float32Array(sizes[i]! / 4);
     for (let j = 0; j < values.length; j++) values[j] = t.fill === 'one' ? 1 : rand();
+    if (options.neverEnds && t.name === 'output.weight') {
+      for (const token of [SPECIAL.bos, SPECIAL.eos, SPECIAL.imStart, SPECIAL.imEnd]) values.fill(0, token * nEmbd, (token + 1) * nEmbd);
+    }
     w.push(Buffer.from(values.buffer));
     w.pad(alignment);
   });
