@@ -123,7 +123,7 @@ t.test('fair: a full queue refuses only the project that filled it', async (t) =
 
 for (const policy of ['fair', 'fifo'] as const) {
   t.test(`${policy}: with no queue, a free slot is still taken and only a call that would wait is refused`, async (t) => {
-    const { slots, order, take } = harness({ parallel: 1, queue: 0, label: "The PDF reader", policy });
+    const { slots, order, take } = harness({ parallel: 1, queue: 0, label: 'The PDF reader', policy });
     await take('a0', ticket('A'));
     t.same(order, ['a0'], 'the free slot is granted');
     const refused = await take('b0', ticket('B')).then(

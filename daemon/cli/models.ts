@@ -184,7 +184,7 @@ async function listCommand({ file, json, config, manifest, verifier }: DeviceCal
     hardware,
     headroomBytes: config.models.headroomBytes,
     parallel: chatSequences(config),
-      embeddingContexts: config.models.embeddingContexts,
+    embeddingContexts: config.models.embeddingContexts,
     engines: BUILT_IN_ENGINES,
     posture: config.posture,
     onHashProgress: (id) => progress(json, `verifying ${id}`),
