@@ -9,8 +9,8 @@
 // log, so such a line has an entry for each run).
 //
 // Refusals of capacity or limits (429, 503) are not answers: the line is tried again after the wait the refusal asks
-// for, up to MAX_ATTEMPTS times, after which that refusal is its answer. Batches take turns line by line, so one large
-// batch does not hold back the others. Lines carry `service_tier: "flex"`: the scheduler runs them in the room that
+// for, up to MAX_ATTEMPTS times, after which that refusal is its answer. Projects take turns line by line, then their
+// batches within each: one large batch does not hold back the others, nor do many batches of one project. Lines carry `service_tier: "flex"`: the scheduler runs them in the room that
 // interactive calls leave.
 import { randomBytes } from 'node:crypto';
 import type { FileStore } from './files.js';
@@ -64,6 +64,7 @@ const IDLE_LOOK_MS = 1_000;
 /** A batch being run: which line comes next, which are running, which wait to be tried again. */
 interface Running {
   id: string;
+  project: string;
   next: number;
   running: Set<number>;
   retry: number[];
@@ -90,6 +91,9 @@ export class BatchRunner {
   private readonly now: () => number;
   private readonly backoff: { min: number; max: number };
   private readonly running = new Map<string, Running>();
+  /** When each project last had a line started (a count of picks): projects take turns, whatever their batches. */
+  private readonly served = new Map<string, number>();
+  private picks = 0;
   private call: LineCaller | null = null;
   private workers: Array<Promise<void>> = [];
   private wakeUp: (() => void) | null = null;
@@ -151,7 +155,17 @@ export class BatchRunner {
   private track(record: BatchRecord): Running {
     let state = this.running.get(record.id);
     if (!state) {
-      state = { id: record.id, next: 0, running: new Set(), retry: [], attempts: new Map(), waitUntil: 0, ending: false, lastLog: 0 };
+      state = {
+        id: record.id,
+        project: record.project,
+        next: 0,
+        running: new Set(),
+        retry: [],
+        attempts: new Map(),
+        waitUntil: 0,
+        ending: false,
+        lastLog: 0,
+      };
       this.running.set(record.id, state);
     }
     return state;
@@ -211,8 +225,10 @@ export class BatchRunner {
   private async pick(): Promise<{ batch: BatchRecord; index: number } | null> {
     if (this.stopping) return null;
     for (const record of this.batches.unfinished()) this.track(record);
-    const order = [...this.running.values()];
-    // The batch after the last one served goes first: batches take turns.
+    // The project served longest ago goes first, then, within it, the batch after the last one served: projects take
+    // turns, so one that makes many batches gets no more of the runner than one that makes a single batch.
+    const turn = (state: Running) => this.served.get(state.project) ?? -1;
+    const order = [...this.running.values()].sort((a, b) => turn(a) - turn(b));
     for (const state of order) {
       this.running.delete(state.id);
       this.running.set(state.id, state);
@@ -238,6 +254,7 @@ export class BatchRunner {
         this.log.info({ batch: record.id, project: record.project, total: record.total }, 'batch started');
       }
       state.running.add(index);
+      this.served.set(state.project, ++this.picks);
       return { batch: record, index };
     }
     return null;
@@ -325,6 +342,7 @@ export class BatchRunner {
       else await this.markNotRun(record, NOT_RUN_BECAUSE[status]);
       const ended = await this.batches.end(record.id, status, errors);
       this.running.delete(record.id);
+      if (![...this.running.values()].some((s) => s.project === record.project)) this.served.delete(record.project);
       await this.batches.forgetLines(record.id);
       this.log.info(
         { batch: ended.id, project: ended.project, status, total: ended.total, completed: ended.completed, failed: ended.failed },
