@@ -2,7 +2,7 @@
 // before anything is stored, so a batch never meets a line it cannot run: the first line that is wrong is refused
 // with a 400 naming it and what is wrong. The work is done in turns with the calls the event loop serves.
 import { ApiError } from '../errors/index.js';
-import { ScrubSession, type BodyKind, type RedactionType } from '../scrub/index.js';
+import { MAX_SCHEMA_DEPTH, ScrubSession, type BodyKind, type RedactionType } from '../scrub/index.js';
 
 /** The endpoints a batch line may name, and what each one's body is to the scrubber. */
 export const BATCH_URLS = {
@@ -135,6 +135,11 @@ function checkLine(row: string, number: number, seen: Map<string, number>, finde
     );
   }
   if (!isObject(body)) throw lineError(number, 'body must be a JSON object: the request the endpoint is sent.');
+  // Measured without recursion: what walks the body later (the schema check, the scrubber, JSON.stringify) recurses,
+  // and a body nested deep enough would exhaust the stack there, a 500 for what is the client's to fix.
+  if (depthPast(body, MAX_SCHEMA_DEPTH)) {
+    throw lineError(number, `body is nested more than ${MAX_SCHEMA_DEPTH} levels deep; flatten it.`);
+  }
   if (body.stream === true) throw lineError(number, 'body.stream is true; a batch line is answered whole. Leave out stream.');
   if (Buffer.byteLength(row) > options.maxBodyBytes) {
     throw lineError(number, `it is larger than the ${options.maxBodyBytes} bytes a request may have (limits.bodyBytes).`);
@@ -158,6 +163,18 @@ function tokenField(url: BatchUrl, body: Record<string, unknown>): string | null
   const value = body[field];
   if (!Array.isArray(value)) return null;
   return value.some((item) => typeof item !== 'string') ? field : null;
+}
+
+/** Whether `value` holds arrays or objects nested more than `max` levels deep (iterative: any depth is measured). */
+function depthPast(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length) {
+    const [item, depth] = stack.pop()!;
+    if (item === null || typeof item !== 'object') continue;
+    if (depth > max) return true;
+    for (const child of Object.values(item)) stack.push([child, depth + 1]);
+  }
+  return false;
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
