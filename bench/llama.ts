@@ -1,22 +1,27 @@
 // Chat throughput and time to first token: the same GGUF model, run directly through node-llama-cpp and through the
 // daemon (HTTP, auth, pipeline, SSE), alternating in one run on this machine, with 1, 4 and 8 streams at once. Greedy
 // decoding makes both generate the same tokens, so they do the same work. Directly, the streams are sequences of one
-// context, as the daemon's calls are (its models.parallel set to the number of streams). Prints aggregate tokens/s
-// and TTFT for both and their ratio at each number of streams.
+// context, as the daemon's calls are (its models.parallel set to the number of streams), on as many threads as the
+// daemon's default (every core but one) and with the weights read into memory as the daemon reads them (it does not map
+// the file: docs/models.md). Prints aggregate tokens/s, TTFT and CPU time per token for both and their ratio at each
+// number of streams.
 //
-//   npm run bench:llama                       a generated random-weight model (about 60 MB)
+//   npm run bench:llama                       a generated random-weight model (about 80 MB)
 //   npm run bench:llama -- --model FILE.gguf  an operator's real model
-//   options: --rounds N (default 7), --tokens N (default 128), --streams 1,4,8 (the numbers of streams at once)
+//   options: --rounds N (default 7), --tokens N (default 128), --streams 1,4,8 (the numbers of streams at once),
+//            --threads N (both sides; default the daemon's), --direct-mmap (the direct side maps the file, as
+//            node-llama-cpp does by default: what reading the weights into memory costs)
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { getLlama, LlamaChat, resolveChatWrapper, type ChatHistoryItem } from 'node-llama-cpp';
 import { writeTinyGguf } from '../test/fixtures/gguf.js';
+import { inferenceThreads } from '../daemon/hardware/index.js';
 import { readGgufFacts } from '../daemon/models/header.js';
 import { appendResult } from './results.js';
 
@@ -27,6 +32,8 @@ const { values } = parseArgs({
     tokens: { type: 'string' },
     streams: { type: 'string' },
     role: { type: 'string' },
+    threads: { type: 'string' },
+    'direct-mmap': { type: 'boolean' },
   },
 });
 const rounds = Number(values.rounds ?? 7);
@@ -36,7 +43,10 @@ if (!streamCounts.every((n) => Number.isInteger(n) && n >= 1 && n <= 64))
   throw new Error('--streams takes numbers from 1 to 64, comma-separated');
 const root = resolve(import.meta.dirname, '..');
 const work = mkdtempSync(join(tmpdir(), 'sov-bench-'));
-const threads = availableParallelism();
+const requestedThreads = Number(values.threads ?? 0);
+if (!(Number.isInteger(requestedThreads) && requestedThreads >= 0)) throw new Error('--threads takes a positive integer (0: the daemon’s default)');
+const threads = inferenceThreads(requestedThreads);
+const directMmap = values['direct-mmap'] ?? false;
 const prompt = 'Write a short paragraph about the history of Riyadh. اكتب فقرة قصيرة عن تاريخ الرياض.';
 
 function median(xs: number[]): number {
@@ -92,11 +102,11 @@ const endToEndRate = (round: Run[]) =>
   round.reduce((n, r) => n + r.tokens, 0) / ((Math.max(...round.map((r) => r.end)) - Math.min(...round.map((r) => r.start))) / 1000);
 
 // --- direct: node-llama-cpp in a child process of its own, as an application would use it: one context with a
-// sequence per stream, the chat wrapper resolved once, every core's thread and no more ---
+// sequence per stream, the chat wrapper resolved once, the daemon's threads and its way of loading the weights ---
 if (values.role === 'direct') {
   const streams = streamCounts[0];
   const llama = await getLlama({ build: 'never', gpu: false, maxThreads: threads });
-  const model = await llama.loadModel({ modelPath: values.model! });
+  const model = await llama.loadModel({ modelPath: values.model!, useMmap: directMmap });
   const context = await model.createContext({ contextSize: 2048, sequences: streams, threads });
   const chatWrapper = resolveChatWrapper(model);
   const history: ChatHistoryItem[] = [{ type: 'user', text: prompt }];
@@ -194,7 +204,7 @@ await run(['projects', 'create', 'bench', '--data-dir', dataDir]);
 const secret = (JSON.parse(await run(['keys', 'create', '--project', 'bench', '--data-dir', dataDir, '--json'])) as { secret: string })
   .secret;
 
-/** A daemon serving the model with `parallel` sequences and this machine's core count of threads; its URL. */
+/** A daemon serving the model with `parallel` sequences on the bench's threads; its URL. */
 async function startDaemon(parallel: number): Promise<{ url: string; cpuMs: () => number; stop: () => Promise<void> }> {
   const configFile = join(work, `config-${parallel}.json`);
   writeFileSync(configFile, JSON.stringify({ models: { parallel, threads }, log: { level: 'warn' } }));
@@ -314,6 +324,9 @@ const directPhase = (streams: number) =>
         String(maxTokens),
         '--streams',
         String(streams),
+        '--threads',
+        String(threads),
+        ...(directMmap ? ['--direct-mmap'] : []),
       ],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
@@ -392,7 +405,8 @@ try {
 /** The goal at each number of streams: one stream as before, several at 0.95. */
 const goalOf = (streams: number) => (streams === 1 ? 0.97 : 0.95);
 console.log(
-  `model ${values.model ?? 'generated random-weight GGUF'} (${(size / 1024 ** 2).toFixed(1)} MiB), ${threads} threads, ${maxTokens} tokens per stream, 2 × ${rounds} rounds each side (medians)`,
+  `model ${values.model ?? 'generated random-weight GGUF'} (${(size / 1024 ** 2).toFixed(1)} MiB), ${threads} threads, ${maxTokens} tokens per stream, 2 × ${rounds} rounds each side (medians); ` +
+    `the direct side ${directMmap ? 'maps the file (node-llama-cpp’s default)' : 'reads the weights into memory, as the daemon does'}`,
 );
 console.log('');
 console.log(
@@ -427,7 +441,7 @@ if (single) {
 }
 appendResult(
   'llama',
-  { model: values.model ?? null, rounds, tokens: maxTokens, streams: streamCounts },
+  { model: values.model ?? null, rounds, tokens: maxTokens, streams: streamCounts, threads, directMmap },
   {
     modelMiB: size / 1024 ** 2,
     threads,
