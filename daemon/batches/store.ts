@@ -188,6 +188,13 @@ export class BatchStore {
     return out;
   }
 
+  /** How many of the project's batches have not ended. */
+  unfinishedCount(project: string): number {
+    let n = 0;
+    for (const { key } of this.active.getRange()) if (this.batches.get(key)?.project === project) n++;
+    return n;
+  }
+
   /** The batches that have not ended, oldest first. */
   unfinished(): BatchRecord[] {
     const out: BatchRecord[] = [];

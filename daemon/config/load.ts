@@ -127,7 +127,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     images: { urlTtlSeconds: 3600 },
     responses: { ttlSeconds: 30 * 24 * 3600 },
     files: { maxBytes: 32 * 1024 * 1024, maxBytesPerProject: 1024 * 1024 * 1024, ttlSeconds: 30 * 24 * 3600 },
-    batches: { maxLines: 50_000, parallel: 1 },
+    batches: { maxLines: 50_000, parallel: 1, maxOpenPerProject: 8 },
     scheduling: { policy: 'fair', projectWeights: {} },
     plans: {},
     usage: { billingDays: 400 },

@@ -76,7 +76,7 @@ export interface Config {
   /** Files kept for the Batch API (/v1/files): their size, each project's room, how long they stay. */
   files: { maxBytes: number; maxBytesPerProject: number; ttlSeconds: number };
   /** Batches (/v1/batches): how many lines a file may have, how many lines run at once. */
-  batches: { maxLines: number; parallel: number };
+  batches: { maxLines: number; parallel: number; maxOpenPerProject: number };
   usage: { billingDays: number };
   audit: {
     signer: 'tpm' | 'software';
@@ -391,6 +391,7 @@ export const configSchema = {
       properties: {
         maxLines: positiveInt('Requests (lines) one batch input file may hold; a file with more gets 400 at upload.', 1, 1_000_000),
         parallel: positiveInt("Batch lines run at once, across every batch: each holds one of a model's slots.", 1, 8),
+        maxOpenPerProject: positiveInt('Batches of one project that may be unfinished at once; the next gets 429.', 1, 1000),
       },
     },
     audit: {

@@ -53,9 +53,18 @@ interface CreateBody {
 const authenticated = { auth: true } as const;
 
 export function registerBatchRoutes(v1: FastifyInstance, deps: BatchRouteDeps): void {
-  v1.post<{ Body: CreateBody }>('/batches', { schema: { body: createBody }, config: { declaration: authenticated } }, async (request) =>
-    create(deps, request),
-  );
+  /** Each project's batches are created one after another, so that calls at once cannot pass its bounds together. */
+  const creating = new Map<string, Promise<unknown>>();
+  v1.post<{ Body: CreateBody }>('/batches', { schema: { body: createBody }, config: { declaration: authenticated } }, async (request) => {
+    const project = projectOf(request);
+    const turn = (creating.get(project) ?? Promise.resolve()).then(() => create(deps, request));
+    const settled = turn.catch(() => {});
+    creating.set(project, settled);
+    void settled.then(() => {
+      if (creating.get(project) === settled) creating.delete(project);
+    });
+    return turn;
+  });
 
   v1.get<{ Querystring: { after?: string; limit?: string } }>(
     '/batches',
@@ -143,6 +152,32 @@ async function create(deps: BatchRouteDeps, request: FastifyRequest<{ Body: Crea
       },
     );
   }
+  // A batch's output and error files are written whatever room the project has left, so both its room and the number
+  // of its batches running at once are checked here: together they bound what its batches can write. An output is
+  // at least about as large as its input (every line answered with its custom_id), so that much room must be left.
+  const { maxBytesPerProject } = deps.config.files;
+  const used = deps.files.usedBytes(project);
+  if (used + file.bytes > maxBytesPerProject) {
+    throw new ApiError(
+      'payload_too_large',
+      `This project's files already hold ${used} of the ${maxBytesPerProject} bytes it may keep (files.maxBytesPerProject), so this batch's output (about as large as its input of ${file.bytes} bytes, or larger) would have no room. Delete files it no longer needs (DELETE /v1/files/{id}), then create the batch.`,
+      { param: 'input_file_id' },
+    );
+  }
+  const { maxOpenPerProject } = deps.config.batches;
+  const open = deps.batches.unfinishedCount(project);
+  if (open >= maxOpenPerProject) {
+    throw new ApiError(
+      'rate_limit_exceeded',
+      `This project has ${open} batches that have not ended, as many as it may (batches.maxOpenPerProject). Wait for one to end, or cancel one (POST /v1/batches/{id}/cancel), then retry.`,
+      { headers: { 'retry-after': '60' } },
+    );
+  }
+  return createRecord(deps, request, project, file.id);
+}
+
+async function createRecord(deps: BatchRouteDeps, request: FastifyRequest<{ Body: CreateBody }>, project: string, fileId: string) {
+  const body = request.body;
   // Kept with the batch and answered back: scrubbed, its replacements counted in this call's audit entry.
   const session = new ScrubSession();
   const metadata = body.metadata
@@ -153,14 +188,14 @@ async function create(deps: BatchRouteDeps, request: FastifyRequest<{ Body: Crea
     project,
     request.call.principal!.keyId,
     {
-      inputFileId: file.id,
-      lines: deps.files.lineCount(project, file.id) ?? 0,
+      inputFileId: fileId,
+      lines: deps.files.lineCount(project, fileId) ?? 0,
       endpoint: body.endpoint,
       completionWindow: body.completion_window,
       metadata,
     },
     WINDOW_MS,
   );
-  request.log.info({ batch: record.id, file: file.id, lines: record.total }, 'batch created');
+  request.log.info({ batch: record.id, file: fileId, lines: record.total }, 'batch created');
   return batchObject(record);
 }
