@@ -44,7 +44,8 @@ if (!streamCounts.every((n) => Number.isInteger(n) && n >= 1 && n <= 64))
 const root = resolve(import.meta.dirname, '..');
 const work = mkdtempSync(join(tmpdir(), 'sov-bench-'));
 const requestedThreads = Number(values.threads ?? 0);
-if (!(Number.isInteger(requestedThreads) && requestedThreads >= 0)) throw new Error('--threads takes a positive integer (0: the daemon’s default)');
+if (!(Number.isInteger(requestedThreads) && requestedThreads >= 0))
+  throw new Error('--threads takes a positive integer (0: the daemon’s default)');
 const threads = inferenceThreads(requestedThreads);
 const directMmap = values['direct-mmap'] ?? false;
 const prompt = 'Write a short paragraph about the history of Riyadh. اكتب فقرة قصيرة عن تاريخ الرياض.';
