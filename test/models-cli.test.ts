@@ -17,7 +17,7 @@ t.test('probe reports what the daemon sees', async (t) => {
   t.ok(r.json.ram.totalBytes > 1024 ** 3);
   t.ok(r.json.ram.availableBytes > 0 && r.json.ram.availableBytes <= r.json.ram.totalBytes);
   t.equal(r.json.cpu.cores, cpus().length);
-  t.equal(r.json.inferenceThreads, Math.max(1, cpus().length - 1), 'inference threads: every real core but one, for the event loop');
+  t.equal(r.json.inferenceThreads, cpus().length, 'inference threads follow the real core count');
   t.type(r.json.gpus, Array);
   t.match(cli(['probe', '--data-dir', dataDir]).stdout, /RAM .* total/);
 });

@@ -239,7 +239,7 @@ export const configSchema = {
           10000,
         ),
         gpu: { enum: ['auto', 'off'], description: 'Use a GPU if node-llama-cpp finds one (auto), or never (off).' },
-        threads: positiveInt('CPU threads for inference; 0 means every core the probe finds but one (at least one).', 0, 1024),
+        threads: positiveInt('CPU threads for inference; 0 means every core the probe finds.', 0, 1024),
         rescanSeconds: positiveInt(
           'Seconds between looks at the models dir for models imported while the daemon runs (changes are also watched); 0 looks only at boot.',
           0,

@@ -122,12 +122,7 @@ export async function probeHardware(llama: Llama | null): Promise<HardwareFacts>
   };
 }
 
-/**
- * Threads for inference: the configured number, or every core the probe found but one (at least one; never
- * node-llama-cpp's minimum of 4). The core left over is the event loop's: llama.cpp's threads wait for each other at
- * every step of a decode, so one that shares its core with the daemon's own work holds all of them back, and the
- * event loop's work between two decodes delays the next.
- */
+/** Threads for inference: the configured number, or every core the probe found (never node-llama-cpp's minimum of 4). */
 export function inferenceThreads(configured: number): number {
-  return configured > 0 ? configured : Math.max(1, os.availableParallelism() - 1);
+  return configured > 0 ? configured : os.availableParallelism();
 }
