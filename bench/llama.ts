@@ -2,7 +2,7 @@
 // daemon (HTTP, auth, pipeline, SSE), alternating in one run on this machine, with 1, 4 and 8 streams at once. Greedy
 // decoding makes both generate the same tokens, so they do the same work. Directly, the streams are sequences of one
 // context, as the daemon's calls are (its models.parallel set to the number of streams), on as many threads as the
-// daemon's default (every core but one) and with the weights read into memory as the daemon reads them (it does not map
+// daemon's default (every core) and with the weights read into memory as the daemon reads them (it does not map
 // the file: docs/models.md). Prints aggregate tokens/s, TTFT and CPU time per token for both and their ratio at each
 // number of streams.
 //
