@@ -174,8 +174,8 @@ t.test('an in-process credential is good for one call of an active key', async (
   const store = openStore(tempDir(t));
   t.teardown(() => store.close());
   const keys = new KeyRegistry(store);
-  keys.createProject('p');
-  const { key } = keys.createKey({ project: 'p' });
+  await keys.createProject('p');
+  const { key } = await keys.createKey({ project: 'p' });
   const credentials = new InternalCredentials(keys);
   const token = credentials.issue(key.id, key.project);
   t.match(credentials.redeem(token), { keyId: key.id, projectId: key.project });
@@ -187,6 +187,6 @@ t.test('an in-process credential is good for one call of an active key', async (
     'for the key’s own project only',
   );
   const later = credentials.issue(key.id, key.project);
-  keys.revokeKey(key.id);
+  await keys.revokeKey(key.id);
   t.throws(() => credentials.redeem(later), /revoked/, 'a revoked key’s calls are refused');
 });

@@ -173,9 +173,9 @@ t.test('a previous secret accepted in the last millisecond of its grace period i
   const store = openStore(tempDir(t));
   t.teardown(() => store.close());
   const keys = new KeyRegistry(store);
-  keys.createProject('grace');
-  const { key, secret } = keys.createKey({ project: 'grace' });
-  const rotated = keys.rotateKey(key.id, 60);
+  await keys.createProject('grace');
+  const { key, secret } = await keys.createKey({ project: 'grace' });
+  const rotated = await keys.rotateKey(key.id, 60);
   const until = Date.parse(rotated.key.graceUntil!);
   const realNow = Date.now;
   t.teardown(() => (Date.now = realNow));

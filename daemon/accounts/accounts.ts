@@ -52,7 +52,7 @@ export class Accounts {
   private readonly users: Database<UserRecord | string, string>;
   private readonly sessions: Database<SessionRecord, string>;
 
-  constructor(store: Store) {
+  constructor(private readonly store: Store) {
     this.users = store.db<UserRecord | string>('users');
     this.sessions = store.db<SessionRecord>('sessions');
   }
@@ -60,7 +60,7 @@ export class Accounts {
   /** Creates an account; the email is its sign-in name (case does not matter). */
   async createUser(
     options: { email: string; password: string; role: Role; projects: string[] },
-    /** Writes that must commit with the account's (its audit event): run inside the same transaction. */
+    /** Writes of this machine that record the account's making (its audit event): see Store.update's `local`. */
     inTransaction?: (user: UserRecord) => void,
   ): Promise<UserRecord> {
     const email = options.email.trim().toLowerCase();
@@ -77,13 +77,17 @@ export class Accounts {
       createdAt: new Date().toISOString(),
     };
     // The email may have been taken while the hash was computed.
-    const created = this.users.transactionSync(() => {
-      if (this.users.get(`email:${email}`)) return false;
-      this.users.putSync(`email:${email}`, user.id);
-      this.users.putSync(user.id, user);
-      inTransaction?.(user);
-      return true;
-    });
+    const created = await this.store.update(
+      (tx) => {
+        if (tx.get('users', `email:${email}`)) return false;
+        tx.put('users', `email:${email}`, user.id);
+        tx.put('users', user.id, user);
+        return true;
+      },
+      (made) => {
+        if (made) inTransaction?.(user);
+      },
+    );
     if (!created) throw new AccountsError('conflict', `An account for ${email} already exists. Sign in instead.`);
     return user;
   }
@@ -117,32 +121,31 @@ export class Accounts {
   }
 
   /** Makes the account an administrator (every project) or a member (its own projects). */
-  setRole(id: string, role: Role, inTransaction?: (user: UserRecord) => void): UserRecord {
+  setRole(id: string, role: Role, inTransaction?: (user: UserRecord) => void): Promise<UserRecord> {
     return this.change(id, { role }, inTransaction);
   }
 
   /** Writes `fields` into the account, and runs `inTransaction` (its audit event) in the same transaction. */
-  private change(id: string, fields: Partial<UserRecord>, inTransaction?: (user: UserRecord) => void): UserRecord {
-    return this.users.transactionSync(() => {
-      const user = this.user(id);
-      if (!user) throw new AccountsError('not_found', 'No such account.');
+  private change(id: string, fields: Partial<UserRecord>, inTransaction?: (user: UserRecord) => void): Promise<UserRecord> {
+    return this.store.update((tx) => {
+      const user = tx.get<UserRecord | string>('users', id);
+      if (!user || typeof user !== 'object') throw new AccountsError('not_found', 'No such account.');
       const next = { ...user, ...fields };
-      this.users.putSync(id, next);
-      inTransaction?.(next);
+      tx.put('users', id, next);
       return next;
-    });
+    }, inTransaction);
   }
 
   /** Adds a project to the account; with `max`, only while the account has fewer (limits.maxProjectsPerAccount). */
-  addProject(userId: string, projectId: string, max?: number): void {
-    // Read and write in one transaction: two projects created at once both stay the account's, and cannot pass the
-    // cap together.
-    this.users.transactionSync(() => {
-      const user = this.user(userId);
-      if (!user) throw new AccountsError('not_found', 'No such account.');
+  async addProject(userId: string, projectId: string, max?: number): Promise<void> {
+    // Read and write in one change: two projects created at once both stay the account's, and cannot pass the cap
+    // together.
+    await this.store.update((tx) => {
+      const user = tx.get<UserRecord | string>('users', userId);
+      if (!user || typeof user !== 'object') throw new AccountsError('not_found', 'No such account.');
       if (user.projects.includes(projectId)) return;
       if (max !== undefined && user.projects.length >= max) throw projectCap(max);
-      this.users.putSync(userId, { ...user, projects: [...user.projects, projectId] });
+      tx.put('users', userId, { ...user, projects: [...user.projects, projectId] });
     });
   }
 
@@ -162,7 +165,7 @@ export class Accounts {
       createdAt: now,
       expiresAt: now + SESSION_HOURS * 3600_000,
     };
-    await this.sessions.put(tokenHash(token), session);
+    await this.store.update((tx) => tx.put('sessions', tokenHash(token), session));
     return { token, session };
   }
 
@@ -176,32 +179,34 @@ export class Accounts {
   }
 
   /** Records the session's chat key; false if the session ended meanwhile (the caller then revokes the key). */
-  setChatKey(token: string, keyId: string): boolean {
+  setChatKey(token: string, keyId: string): Promise<boolean> {
     const key = tokenHash(token);
-    return this.sessions.transactionSync(() => {
-      const session = this.sessions.get(key);
+    return this.store.update((tx) => {
+      const session = tx.get<SessionRecord>('sessions', key);
       if (!session) return false;
-      this.sessions.putSync(key, { ...session, chatKeyId: keyId });
+      tx.put('sessions', key, { ...session, chatKeyId: keyId });
       return true;
     });
   }
 
   /** Ends a session; returns it so the caller can revoke its chat key. */
-  endSession(token: string): SessionRecord | undefined {
+  endSession(token: string): Promise<SessionRecord | undefined> {
     const key = tokenHash(token);
-    return this.sessions.transactionSync(() => {
-      const session = this.sessions.get(key);
-      if (session) this.sessions.removeSync(key);
+    return this.store.update((tx) => {
+      const session = tx.get<SessionRecord>('sessions', key);
+      if (session) tx.remove('sessions', key);
       return session;
     });
   }
 
   /** Removes expired sessions; returns them so their chat keys can be revoked. */
-  sweepSessions(now = Date.now()): SessionRecord[] {
-    return this.sessions.transactionSync(() => {
+  sweepSessions(now = Date.now()): Promise<SessionRecord[]> {
+    return this.store.update((tx) => {
       const expired: Array<{ key: string; session: SessionRecord }> = [];
-      for (const { key, value } of this.sessions.getRange()) if (value.expiresAt <= now) expired.push({ key, session: value });
-      for (const { key } of expired) this.sessions.removeSync(key);
+      for (const { key, value } of tx.range<SessionRecord>('sessions'))
+        if (value.expiresAt <= now) expired.push({ key: key as string, session: value });
+      // Read one by one, so that two replicas sweeping at once do not both revoke a session's chat key.
+      for (const { key } of expired) if (tx.get('sessions', key)) tx.remove('sessions', key);
       return expired.map((e) => e.session);
     });
   }

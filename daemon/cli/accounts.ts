@@ -4,8 +4,8 @@
 import { createInterface } from 'node:readline';
 import { Accounts, AccountsError, MIN_PASSWORD_LENGTH, view, type Role } from '../accounts/index.js';
 import { AuditOutbox, cliActor } from '../audit/outbox.js';
-import { loadConfig } from '../config/index.js';
-import { openStore } from '../store/index.js';
+import { loadConfig, type Config } from '../config/index.js';
+import { openConfiguredStore } from './store.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
 import { printJson, printTable } from './output.js';
 
@@ -50,8 +50,8 @@ async function readPassword(fromStdin: boolean): Promise<string> {
 }
 
 /** Runs `work` on the data directory's accounts and audit outbox; an AccountsError is a usage error. */
-async function withAccounts<T>(dataDir: string, work: (accounts: Accounts, outbox: AuditOutbox) => Promise<T>): Promise<T> {
-  const store = openStore(dataDir);
+async function withAccounts<T>(config: Config, work: (accounts: Accounts, outbox: AuditOutbox) => Promise<T>): Promise<T> {
+  const store = await openConfiguredStore(config);
   try {
     return await work(new Accounts(store), new AuditOutbox(store));
   } catch (err) {
@@ -76,7 +76,7 @@ export async function adminCommand(argv: string[]): Promise<number> {
     const email = values.email;
     if (typeof email !== 'string') throw new UsageError('admin create needs --email');
     const password = await readPassword(values['password-stdin'] === true);
-    return withAccounts(config.dataDir, async (accounts, outbox) => {
+    return withAccounts(config, async (accounts, outbox) => {
       const user = await accounts.createUser({ email, password, role: 'admin', projects: [] }, (u) =>
         outbox.put('account.created', { by: cliActor(), account: u.id, role: u.role, projects: u.projects }),
       );
@@ -91,13 +91,13 @@ export async function adminCommand(argv: string[]): Promise<number> {
     const role = rest[0];
     if (command === 'role' && role !== 'admin' && role !== 'member') throw new UsageError("admin role needs 'admin' or 'member'");
     const password = command === 'password' ? await readPassword(values['password-stdin'] === true) : '';
-    return withAccounts(config.dataDir, async (accounts, outbox) => {
+    return withAccounts(config, async (accounts, outbox) => {
       const found = accounts.findByEmail(email);
       if (!found) throw new UsageError(`no account '${email}' (see 'sovereign admin list')`);
       const user =
         command === 'password'
           ? await accounts.setPassword(found.id, password, (u) => outbox.put('account.password', { by: cliActor(), account: u.id }))
-          : accounts.setRole(found.id, role as Role, (u) =>
+          : await accounts.setRole(found.id, role as Role, (u) =>
               outbox.put('account.role', { by: cliActor(), account: u.id, role: u.role, was: found.role }),
             );
       if (json) printJson(view(user));
@@ -106,7 +106,7 @@ export async function adminCommand(argv: string[]): Promise<number> {
     });
   }
   if (command === 'list') {
-    const store = openStore(config.dataDir);
+    const store = await openConfiguredStore(config);
     try {
       const users = new Accounts(store).listUsers().map(view);
       if (json) printJson(users);

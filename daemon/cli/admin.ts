@@ -1,10 +1,11 @@
-// `sovereign keys …` and `sovereign projects …`: they open the same lmdb store as the daemon, which sees each change
-// on its next read, so they work while it runs.
+// `sovereign keys …` and `sovereign projects …`: they open the same store as the daemon (its lmdb, or with
+// `store: "postgres"` the database every replica shares), which sees each change on its next read, so they work while
+// it runs.
 import type { EntryFields, EntryKind } from '../audit/index.js';
 import { AuditOutbox, cliActor } from '../audit/outbox.js';
 import { loadConfig, type Config } from '../config/index.js';
 import { keyCreatedFields, KeyRegistry, type KeyView, type ProjectRecord } from '../keys/index.js';
-import { openStore } from '../store/index.js';
+import { openConfiguredStore } from './store.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, limitFlag, parse, UsageError, type Parsed } from './args.js';
 import { printJson, printTable } from './output.js';
 
@@ -34,26 +35,24 @@ Commands:
 
 ${COMMON_HELP}`;
 
-/** Records an administrative action for the audit log (the change's own transaction carries it). */
-type Note = (kind: EntryKind, fields: EntryFields) => void;
-
 /**
- * Runs `work` on the registry in one lmdb transaction with the audit events it notes (daemon/audit/outbox.ts): the
- * running daemon, or the next one to start, logs them as made by this unix user.
+ * Records an administrative action for the audit log: the hook a registry change is given, which puts the event in
+ * the outbox (daemon/audit/outbox.ts) with the change (see Store.update); the running daemon, or the next one to
+ * start, logs it as made by this unix user.
  */
+type Audit = <R>(kind: EntryKind, fieldsOf: (result: R) => EntryFields) => (result: R) => void;
+
 async function withRegistry<T>(
   values: Record<string, string | boolean | undefined>,
-  work: (registry: KeyRegistry, config: Config, note: Note) => T,
+  work: (registry: KeyRegistry, config: Config, audit: Audit) => T | Promise<T>,
 ): Promise<T> {
   const { config } = loadConfig(configFlags(values));
-  const store = openStore(config.dataDir);
+  const store = await openConfiguredStore(config);
   try {
     const by = cliActor();
-    return new AuditOutbox(store).record(() => {
-      const events: Array<{ kind: EntryKind; fields: EntryFields }> = [];
-      const result = work(new KeyRegistry(store), config, (kind, fields) => events.push({ kind, fields: { by, ...fields } }));
-      return { result, events };
-    });
+    const outbox = new AuditOutbox(store);
+    const audit: Audit = (kind, fieldsOf) => (result) => outbox.put(kind, { by, ...fieldsOf(result) });
+    return await work(new KeyRegistry(store), config, audit);
   } finally {
     await store.close();
   }
@@ -117,17 +116,12 @@ async function createKeyCommand({ id, values, json }: KeysCall): Promise<number>
   const project = values.project;
   const name = typeof values.name === 'string' ? values.name : undefined;
   const plan = typeof values.plan === 'string' ? values.plan : undefined;
-  const { key, secret } = await withRegistry(values, (r, config, note) => {
+  const { key, secret } = await withRegistry(values, (r, config, audit) => {
     if (plan !== undefined) checkPlan(config, plan);
-    const created = r.createKey({
-      project,
-      ...(name ? { name } : {}),
-      ...(rpm ? { rpm } : {}),
-      ...(tpm ? { tpm } : {}),
-      ...(plan ? { plan } : {}),
-    });
-    note('key.created', keyCreatedFields(created.key));
-    return created;
+    return r.createKey(
+      { project, ...(name ? { name } : {}), ...(rpm ? { rpm } : {}), ...(tpm ? { tpm } : {}), ...(plan ? { plan } : {}) },
+      audit('key.created', (created: { key: KeyView }) => keyCreatedFields(created.key)),
+    );
   });
   printSecret(json, key, secret, 'Created');
   return 0;
@@ -149,22 +143,25 @@ async function rotateKeyCommand(call: KeysCall): Promise<number> {
     if (typeof values.grace !== 'string' || !/^\d+$/.test(values.grace)) throw new UsageError(`--grace must be a whole number of seconds`);
     grace = Number(values.grace);
   }
-  const { key, secret } = await withRegistry(values, (r, _config, note) => {
-    const rotated = r.rotateKey(keyId, grace);
-    note('key.rotated', { key: rotated.key.id, project: rotated.key.project, grace_seconds: grace });
-    return rotated;
-  });
+  const { key, secret } = await withRegistry(values, (r, _config, audit) =>
+    r.rotateKey(
+      keyId,
+      grace,
+      audit('key.rotated', (rotated: { key: KeyView }) => ({ key: rotated.key.id, project: rotated.key.project, grace_seconds: grace })),
+    ),
+  );
   printSecret(json, key, secret, grace ? `Rotated (old secret accepted for ${grace}s more)` : 'Rotated (old secret no longer accepted)');
   return 0;
 }
 
 async function revokeKeyCommand(call: KeysCall): Promise<number> {
   const keyId = keyIdArgument(call);
-  const key = await withRegistry(call.values, (r, _config, note) => {
-    const revoked = r.revokeKey(keyId);
-    note('key.revoked', { key: revoked.id, project: revoked.project });
-    return revoked;
-  });
+  const key = await withRegistry(call.values, (r, _config, audit) =>
+    r.revokeKey(
+      keyId,
+      audit('key.revoked', (revoked: KeyView) => ({ key: revoked.id, project: revoked.project })),
+    ),
+  );
   if (call.json) printJson(key);
   else process.stdout.write(`Revoked ${key.id}; it no longer authenticates.\n`);
   return 0;
@@ -176,11 +173,13 @@ async function keyLimitsCommand(call: KeysCall): Promise<number> {
   const rpm = limitFlag('rpm', values.rpm, true);
   const tpm = limitFlag('tpm', values.tpm, true);
   if (rpm === undefined && tpm === undefined) throw new UsageError('keys limits needs --rpm and/or --tpm');
-  const key = await withRegistry(values, (r, _config, note) => {
-    const changed = r.setLimits(keyId, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
-    note('key.limits', { key: changed.id, project: changed.project, rpm: changed.rpm, tpm: changed.tpm });
-    return changed;
-  });
+  const key = await withRegistry(values, (r, _config, audit) =>
+    r.setLimits(
+      keyId,
+      { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) },
+      audit('key.limits', (changed: KeyView) => ({ key: changed.id, project: changed.project, rpm: changed.rpm, tpm: changed.tpm })),
+    ),
+  );
   if (json) printJson(key);
   else process.stdout.write(`${key.id}: rpm ${key.rpm ?? 'default'}, tpm ${key.tpm ?? 'default'}\n`);
   return 0;
@@ -190,11 +189,13 @@ async function keyPlanCommand(call: KeysCall): Promise<number> {
   const keyId = keyIdArgument(call);
   const [plan] = call.rest;
   if (!plan) throw new UsageError("keys plan needs a plan name, or 'default' (see the config's 'plans')");
-  const key = await withRegistry(call.values, (r, config, note) => {
+  const key = await withRegistry(call.values, (r, config, audit) => {
     if (plan !== 'default') checkPlan(config, plan);
-    const changed = r.setPlan(keyId, plan === 'default' ? null : plan);
-    note('key.plan', { key: changed.id, project: changed.project, plan: changed.plan });
-    return changed;
+    return r.setPlan(
+      keyId,
+      plan === 'default' ? null : plan,
+      audit('key.plan', (changed: KeyView) => ({ key: changed.id, project: changed.project, plan: changed.plan })),
+    );
   });
   if (call.json) printJson(key);
   else process.stdout.write(`${key.id}: plan ${key.plan ?? 'default'}\n`);
@@ -247,11 +248,13 @@ export async function projectsCommand(argv: string[]): Promise<number> {
   switch (command) {
     case 'create': {
       if (!name) throw new UsageError('projects create needs a NAME');
-      const project = await withRegistry(values, (r, _config, note) => {
-        const created = r.createProject(name);
-        note('project.created', { project: created.id, name: created.name });
-        return created;
-      });
+      const project = await withRegistry(values, (r, _config, audit) =>
+        r.createProject(
+          name,
+          undefined,
+          audit('project.created', (created: ProjectRecord) => ({ project: created.id, name: created.name })),
+        ),
+      );
       if (json) printJson(project);
       else process.stdout.write(`Created project ${project.name} (${project.id}).\n`);
       return 0;
@@ -272,9 +275,12 @@ export async function projectsCommand(argv: string[]): Promise<number> {
       const rpm = limitFlag('rpm', values.rpm, true);
       const tpm = limitFlag('tpm', values.tpm, true);
       if (rpm === undefined && tpm === undefined) throw new UsageError('projects limits needs --rpm and/or --tpm');
-      const { project, config } = await withRegistry(values, (r, config, note) => {
-        const changed = r.setProjectLimits(name, { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
-        note('project.limits', { project: changed.id, rpm: changed.rpm ?? null, tpm: changed.tpm ?? null });
+      const { project, config } = await withRegistry(values, async (r, config, audit) => {
+        const changed = await r.setProjectLimits(
+          name,
+          { ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) },
+          audit('project.limits', (p: ProjectRecord) => ({ project: p.id, rpm: p.rpm ?? null, tpm: p.tpm ?? null })),
+        );
         return { project: changed, config };
       });
       const row = projectRow(project, config);

@@ -19,6 +19,7 @@ Commands:
   scrub            replace personal data in text on stdin (IDs, Iqama, IBAN, cards)
   audit            provision the TPM signing key, export and verify the audit log
   usage export     what each key used, per day and endpoint, for billing (CSV or JSON lines)
+  db               migrate and check the PostgreSQL schema replicas share (store: postgres)
   firstboot        prepare an appliance to serve: audit key, models from a bundle, TLS certificate
 
 Every command takes --help, and --json for machine-readable output.`;
@@ -37,6 +38,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   scrub: async () => (await import('./scrub.js')).scrubCommand,
   audit: async () => (await import('./audit.js')).auditCommand,
   usage: async () => (await import('./usage.js')).usageCommand,
+  db: async () => (await import('./db.js')).dbCommand,
   firstboot: async () => (await import('./firstboot.js')).firstbootCommand,
 };
 

@@ -6,7 +6,7 @@ import { finished } from 'node:stream/promises';
 import { loadConfig } from '../config/index.js';
 import { KeyRegistry, type KeyView } from '../keys/index.js';
 import { keyLimits } from '../limits/index.js';
-import { openStore } from '../store/index.js';
+import { openConfiguredStore } from './store.js';
 import { UsageMeter } from '../usage/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError } from './args.js';
 
@@ -84,7 +84,7 @@ export async function usageCommand(argv: string[]): Promise<number> {
   if (format !== 'csv' && format !== 'jsonl') throw new UsageError('--format must be csv or jsonl');
 
   const { config } = loadConfig(configFlags(values));
-  const store = openStore(config.dataDir);
+  const store = await openConfiguredStore(config);
   try {
     const registry = new KeyRegistry(store);
     const keys = new Map<string, KeyView>(registry.listKeys().map((k) => [k.id, k]));

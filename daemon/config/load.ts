@@ -66,7 +66,16 @@ const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']
   ['manifest', 'manifest', 'string'],
 ];
 
-const PATH_KEYS = ['tls.cert', 'tls.key', 'dataDir', 'modelsDir', 'manifest', 'limits.redis.passwordFile', 'audit.journalDir'];
+const PATH_KEYS = [
+  'tls.cert',
+  'tls.key',
+  'dataDir',
+  'modelsDir',
+  'manifest',
+  'limits.redis.passwordFile',
+  'postgres.passwordFile',
+  'audit.journalDir',
+];
 
 /**
  * Where state lives when nothing says otherwise: systemd's StateDirectory, else the user's own data directory, root
@@ -87,6 +96,7 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     region: 'local',
     listen: { port: 8443 },
     dataDir: defaultDataDir(env),
+    store: 'lmdb',
     limits: {
       bodyBytes: 4 * 1024 * 1024,
       maxInFlight: 512,
@@ -245,6 +255,12 @@ function postureRules(config: Config): string[] {
   }
   if (config.limits.store === 'redis' && !isMetered(config.posture)) {
     problems.push(`the ${config.posture} posture has no per-key limits: 'limits.store' redis applies to cloud and frontier only`);
+  }
+  if (config.store === 'postgres' && !config.postgres) {
+    problems.push(`'store' is postgres: set 'postgres.url' to the database every replica shares`);
+  }
+  if (config.store === 'postgres' && !isMetered(config.posture)) {
+    problems.push(`the ${config.posture} posture keeps its state on the machine: 'store' postgres applies to cloud and frontier only`);
   }
   // Frontier calls leave the sovereign boundary: what goes out and what comes back is always scrubbed there.
   if (config.posture === 'frontier' && !config.scrub.output) {

@@ -13,6 +13,9 @@ export interface Config {
   listen: { host?: string; port: number };
   tls?: { cert: string; key: string };
   dataDir: string;
+  /** Where the state replicas share lives: this machine's lmdb, or PostgreSQL (cloud, frontier). */
+  store: 'lmdb' | 'postgres';
+  postgres?: { url: string; passwordFile?: string; poolSize?: number; timeoutMs?: number };
   modelsDir?: string;
   manifest?: string;
   limits: {
@@ -151,6 +154,36 @@ export const configSchema = {
       },
     },
     dataDir: { type: 'string', minLength: 1, description: 'State directory (databases, audit log).' },
+    store: {
+      enum: ['lmdb', 'postgres'],
+      description:
+        "Where projects, keys, accounts, sessions and usage live: in the data directory's lmdb (lmdb), or in PostgreSQL, shared by every replica (postgres; cloud and frontier only, see docs/scale-out.md).",
+    },
+    postgres: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['url'],
+      description: 'The PostgreSQL database replicas share, when store is postgres.',
+      properties: {
+        url: {
+          type: 'string',
+          pattern: '^postgres(ql)?://[^\\s:@/?#]+@[^\\s@/?#]+/[^\\s@/?#]+(\\?[^\\s@#]*)?$',
+          description:
+            "The database, e.g. postgres://sovereign@10.0.0.7:5432/sovereign (a user, a host and a database; TLS options such as '?sslmode=verify-full' may follow); the password goes in passwordFile, never here.",
+        },
+        passwordFile: {
+          type: 'string',
+          minLength: 1,
+          description: "File holding the database user's password (read at start; never logged).",
+        },
+        poolSize: positiveInt('Connections each replica keeps to PostgreSQL for its changes (one more listens for notifications).', 1, 100),
+        timeoutMs: positiveInt(
+          'Time a PostgreSQL connection or statement may take before the call that needs it gets 503, in ms.',
+          100,
+          60_000,
+        ),
+      },
+    },
     modelsDir: { type: 'string', minLength: 1, description: 'Directory holding model files.' },
     manifest: { type: 'string', minLength: 1, description: 'Path of models-manifest.json.' },
     limits: {

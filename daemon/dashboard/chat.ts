@@ -72,26 +72,26 @@ function chatKeyRoute(api: FastifyInstance, ctx: DashboardContext): void {
           // Already removed: a new one below.
         }
         if (current?.status === 'active' && current.project === project) {
-          const rotated = keys.rotateKey(current.id);
+          const rotated = await keys.rotateKey(current.id);
           await ctx.trail.record(asUser(user), 'key.rotated', { key: current.id, project, grace_seconds: 0, chat_app: true });
           return { secret: rotated.secret };
         }
         if (current?.status === 'active') {
-          keys.revokeKey(current.id);
+          await keys.revokeKey(current.id);
           await ctx.trail.record(asUser(user), 'key.revoked', { key: current.id, project: current.project, chat_app: true });
         }
       }
       // The chat app's keys count among the project's: sessions are many, and each would bring one more.
       let created: { key: KeyView; secret: string };
       try {
-        created = keys.createKey({ project, name: `chat app (${user.email})`, ...keyCap(config, user) });
+        created = await keys.createKey({ project, name: `chat app (${user.email})`, ...keyCap(config, user) });
       } catch (err) {
         fromAccounts(err);
       }
       await ctx.trail.record(asUser(user), 'key.created', keyCreatedFields(created.key, { chat_app: true }));
-      if (!accounts.setChatKey(signed.token, created.key.id)) {
+      if (!(await accounts.setChatKey(signed.token, created.key.id))) {
         // The session ended while the key was made: it must not outlive it.
-        keys.revokeKey(created.key.id);
+        await keys.revokeKey(created.key.id);
         await ctx.trail.record(asUser(user), 'key.revoked', { key: created.key.id, project, chat_app: true });
         throw new ApiError('not_signed_in', 'Sign in to the dashboard first (your session may have expired).');
       }

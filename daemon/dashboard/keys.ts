@@ -29,7 +29,7 @@ export function keysApi(ctx: DashboardContext): FastifyPluginAsync {
       ctx.trail.writable();
       let revoked: KeyView;
       try {
-        revoked = keys.revokeKey(request.params.id);
+        revoked = await keys.revokeKey(request.params.id);
       } catch (err) {
         fromAccounts(err);
       }
@@ -63,7 +63,7 @@ function createRoute(api: FastifyInstance, ctx: DashboardContext): void {
       ctx.trail.writable();
       let created: { key: KeyView; secret: string };
       try {
-        created = keys.createKey({
+        created = await keys.createKey({
           project,
           ...(name ? { name } : {}),
           ...(rpm ? { rpm } : {}),
@@ -100,7 +100,7 @@ function rotateRoute(api: FastifyInstance, ctx: DashboardContext): void {
       const grace = request.body?.graceSeconds ?? 0;
       let rotated: { key: KeyView; secret: string };
       try {
-        rotated = keys.rotateKey(request.params.id, grace);
+        rotated = await keys.rotateKey(request.params.id, grace);
       } catch (err) {
         fromAccounts(err);
       }
@@ -132,7 +132,7 @@ function limitsRoute(api: FastifyInstance, ctx: DashboardContext): void {
       ctx.trail.writable();
       let changed: KeyView;
       try {
-        changed = keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
+        changed = await keys.setLimits(request.params.id, { rpm: request.body.rpm, tpm: request.body.tpm });
       } catch (err) {
         fromAccounts(err);
       }

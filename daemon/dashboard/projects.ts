@@ -33,13 +33,13 @@ export function projectsApi(ctx: DashboardContext): FastifyPluginAsync {
         let created: ProjectRecord;
         try {
           // A member's projects share the account's in-flight places; an administrator's are not the account's.
-          const project = keys.createProject(request.body.name, user.role === 'admin' ? undefined : user.id);
+          const project = await keys.createProject(request.body.name, user.role === 'admin' ? undefined : user.id);
           if (user.role !== 'admin') {
             try {
-              accounts.addProject(user.id, project.id, max);
+              await accounts.addProject(user.id, project.id, max);
             } catch (err) {
               // Another project of the account was made meanwhile and reached the cap: this one must not stay.
-              keys.removeProject(project.id);
+              await keys.removeProject(project.id);
               throw err;
             }
           }

@@ -41,7 +41,7 @@ export function sessionApi(ctx: DashboardContext): FastifyPluginAsync {
     signInRoute(api, ctx, sessions);
     api.post('/logout', async (request, reply) => {
       const signed = signedIn(request);
-      await sessions.endChatKey(ctx.deps.accounts.endSession(signed.token), asUser(signed.user));
+      await sessions.endChatKey(await ctx.deps.accounts.endSession(signed.token), asUser(signed.user));
       reply.header('set-cookie', [ctx.cookie(ctx.cookies.session, '', 0, true), ctx.cookie(ctx.cookies.csrf, '', 0, false)]);
       return { signedOut: true };
     });
@@ -63,7 +63,7 @@ function keepSessions(api: FastifyInstance, ctx: DashboardContext): Sessions {
     if (!session?.chatKeyId) return;
     let revoked: KeyView;
     try {
-      revoked = keys.revokeKey(session.chatKeyId);
+      revoked = await keys.revokeKey(session.chatKeyId);
     } catch {
       return; // Already gone.
     }
@@ -71,21 +71,21 @@ function keepSessions(api: FastifyInstance, ctx: DashboardContext): Sessions {
   }
 
   // Expired sessions go, and with them their chat keys.
-  const sweep = () => {
+  const sweep = async () => {
     try {
-      for (const session of accounts.sweepSessions()) void endChatKey(session, 'daemon');
+      for (const session of await accounts.sweepSessions()) void endChatKey(session, 'daemon');
     } catch (err) {
       api.log.error({ err: (err as Error).message }, 'expired dashboard sessions could not be removed; retrying later');
     }
   };
-  const sweeper = setInterval(sweep, SWEEP_MS);
+  const sweeper = setInterval(() => void sweep(), SWEEP_MS);
   sweeper.unref();
   api.addHook('onReady', async () => sweep());
   api.addHook('onClose', async () => clearInterval(sweeper));
 
   return {
     async begin(request, reply, userId) {
-      if (request.dashboard) await endChatKey(accounts.endSession(request.dashboard.token), asUser(request.dashboard.user));
+      if (request.dashboard) await endChatKey(await accounts.endSession(request.dashboard.token), asUser(request.dashboard.user));
       const started = await accounts.startSession(userId);
       const maxAge = SESSION_HOURS * 3600;
       reply.header('set-cookie', [
@@ -152,7 +152,7 @@ function signUpRoute(api: FastifyInstance, ctx: DashboardContext, sessions: Sess
       if (accounts.findByEmail(email)) throw new ApiError('conflict', 'An account for this email already exists. Sign in instead.');
       let projectId: string;
       try {
-        projectId = keys.createProject(project).id;
+        projectId = (await keys.createProject(project)).id;
       } catch (err) {
         fromAccounts(err);
       }
@@ -160,10 +160,10 @@ function signUpRoute(api: FastifyInstance, ctx: DashboardContext, sessions: Sess
       try {
         user = await accounts.createUser({ email, password, role: 'member', projects: [projectId] });
       } catch (err) {
-        keys.removeProject(projectId);
+        await keys.removeProject(projectId);
         fromAccounts(err);
       }
-      const owned = keys.setProjectOwner(projectId, user.id);
+      const owned = await keys.setProjectOwner(projectId, user.id);
       await ctx.trail.record(asUser(user), 'account.created', { account: user.id, role: user.role, projects: user.projects });
       await ctx.trail.record(asUser(user), 'project.created', { project: owned.id, name: owned.name });
       await sessions.begin(request, reply, user.id);

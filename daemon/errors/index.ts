@@ -22,6 +22,7 @@ export const ERRORS = {
   server_overloaded: { status: 503, type: 'server_error' },
   audit_unavailable: { status: 503, type: 'server_error' },
   storage_unavailable: { status: 503, type: 'server_error' },
+  shared_state_unavailable: { status: 503, type: 'server_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -47,6 +47,11 @@ export interface HealthReport {
    * storage_unavailable, and `problem` says what failed, why and what to do, `since` since when.
    */
   storage?: { writable: boolean; problem: string | null; since: string | null };
+  /**
+   * With `store: "postgres"`: whether this replica's copy of the shared state is current (confirmed by PostgreSQL
+   * within the revocation bound). While it is not, calls get 503 shared_state_unavailable and `problem` says why.
+   */
+  shared_state?: { store: 'postgres'; current: boolean; problem: string | null; since: string | null };
   /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
   service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
 }
@@ -81,7 +86,7 @@ export interface HealthSources {
   boots?: BootReport;
   limits?: { store: LimitStore };
   upstreams?: { health(): UpstreamHealth[] };
-  store?: { writes: WriteHealth };
+  store?: { writes: WriteHealth; shared?: { staleness(): { problem: string; since: string } | null } | null };
 }
 
 function queueOf(state: QueueState | undefined) {
@@ -107,8 +112,14 @@ export function healthReport(sources: HealthSources): HealthReport {
   const limiter =
     isMetered(config.posture) && sources.limits ? { store: sources.limits.store.kind, problem: sources.limits.store.problem() } : null;
   const writes = sources.store?.writes.state;
+  const shared = sources.store?.shared;
+  const stale = shared?.staleness() ?? null;
   const degraded =
-    models.some((m) => m.readiness === 'failed') || Boolean(auditHealth?.problem) || Boolean(limiter?.problem) || Boolean(writes);
+    models.some((m) => m.readiness === 'failed') ||
+    Boolean(auditHealth?.problem) ||
+    Boolean(limiter?.problem) ||
+    Boolean(writes) ||
+    Boolean(stale);
   const report: HealthReport = {
     status: degraded ? 'degraded' : 'ok',
     posture: config.posture,
@@ -123,6 +134,7 @@ export function healthReport(sources: HealthSources): HealthReport {
   if (upstreams?.length) report.upstreams = upstreams;
   if (limiter) report.limiter = limiter;
   if (sources.store) report.storage = { writable: !writes, problem: writes?.problem ?? null, since: writes?.since ?? null };
+  if (shared) report.shared_state = { store: 'postgres', current: !stale, problem: stale?.problem ?? null, since: stale?.since ?? null };
   const egressHealth = egress?.health();
   if (egressHealth) report.egress = egressHealth;
   if (boots) report.service = { ...boots, systemd: egress?.systemdRestarts() ?? null };

@@ -4,7 +4,7 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, MESSAGES } from '../errors/index.js';
-import { writeFailureOf, type WriteFailureCode } from '../store/index.js';
+import { SharedStateUnavailable, writeFailureOf, type WriteFailureCode } from '../store/index.js';
 import { requestBeingRead } from './context.js';
 
 interface ValidationIssue {
@@ -81,6 +81,7 @@ export function toApiError(err: FastifyError & { validation?: ValidationIssue[] 
   }
   const failure = writeFailureOf(err);
   if (failure) return storageUnavailable(failure);
+  if (err instanceof SharedStateUnavailable) return sharedStateUnavailable();
   const status = err.statusCode ?? 500;
   if (status >= 400 && status < 500) {
     return new ApiError('invalid_request_error', err.message || 'The request could not be processed.');
@@ -102,6 +103,15 @@ export function storageUnavailable(code: WriteFailureCode): ApiError {
     'storage_unavailable',
     `The daemon's data directory cannot be written: ${STORAGE_WHY[code]}, so this call was not completed. The operator must free space on the data disk (GET /v1/health says what failed); retry after the seconds in Retry-After.`,
     { headers: { 'retry-after': '10' } },
+  );
+}
+
+/** A call that needed the state replicas share (store: postgres) while this replica cannot reach it. */
+export function sharedStateUnavailable(): ApiError {
+  return new ApiError(
+    'shared_state_unavailable',
+    'This replica cannot reach the database the replicas share, so it cannot complete this call now (nothing of it was kept). Retry after the seconds in Retry-After; another replica behind the load balancer may answer. GET /readyz (no key needed) says what fails.',
+    { headers: { 'retry-after': '2' } },
   );
 }
 

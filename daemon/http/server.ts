@@ -100,7 +100,7 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
   answerErrors(app, deps);
   const unknownRoute = answerUnknownRoutes(app);
 
-  registerLivenessRoute(app);
+  registerLivenessRoute(app, deps.store?.shared ?? null);
   registerDashboard(app, dashboardDeps(deps));
   void app.register(
     async (v1) => {

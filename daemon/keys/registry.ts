@@ -1,7 +1,7 @@
 // Projects and API keys, persisted in lmdb. Only hashes of secrets are stored; a secret exists in clear only in
 // the return value of create() and rotate(), which the caller shows once.
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import type { Store, Tx } from '../store/index.js';
 import { digestMatches, hashSecret, keyIdOf, newSecret, randomId, redact, secretDigest } from './secrets.js';
 import type { KeyView, ProjectRecord } from './view.js';
 
@@ -57,6 +57,9 @@ interface CachedKey {
 
 const VERSION = 'keys';
 
+/** Writes of this machine's own that record a change with it (the CLI's audit events): see Store.update. */
+type Local<T> = (result: T) => void;
+
 /** A presented secret's key, and whether the secret is the key's current one (else its previous one, in its grace). */
 export interface KeyMatch {
   record: KeyRecord;
@@ -77,45 +80,55 @@ export class KeyRegistry {
   private readonly cache = new Map<string, CachedKey>();
   private cachedVersion: number | undefined;
 
-  constructor(store: Store) {
+  constructor(private readonly store: Store) {
     this.projects = store.db<ProjectRecord | string>('projects');
     this.keys = store.db<KeyRecord>('keys');
     this.versions = store.db<number>('versions');
   }
 
-  /** Writes a key record and bumps the version; the caller holds a write transaction. */
-  private save(record: KeyRecord): void {
-    this.keys.putSync(record.id, record);
-    this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
+  /**
+   * Bumps the version in the change `tx` makes. Every change to a key or a project reads and writes this one record,
+   * so two made at once on different replicas conflict, and the second runs again on the first's result.
+   */
+  private bump(tx: Tx): void {
+    tx.put('versions', VERSION, (tx.get<number>('versions', VERSION) ?? 0) + 1);
+  }
+
+  /** Writes a key record and bumps the version, in `tx`. */
+  private save(tx: Tx, record: KeyRecord): void {
+    tx.put('keys', record.id, record);
+    this.bump(tx);
   }
 
   /** A new project; `owner`, the member account making it (see ProjectRecord.owner). */
-  createProject(name: string, owner?: string): ProjectRecord {
+  async createProject(name: string, owner?: string, local?: Local<ProjectRecord>): Promise<ProjectRecord> {
     if (!PROJECT_NAME.test(name) || name.startsWith('proj_')) {
       throw new KeysError(
         'invalid',
         `project name '${name}' must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit`,
       );
     }
-    return this.projects.transactionSync(() => {
-      if (this.projects.get(`name:${name}`) !== undefined) throw new KeysError('conflict', `project '${name}' already exists`);
-      const project: ProjectRecord = { id: randomId('proj'), name, createdAt: new Date().toISOString(), ...(owner ? { owner } : {}) };
-      this.projects.putSync(project.id, project);
-      this.projects.putSync(`name:${name}`, project.id);
+    const project: ProjectRecord = { id: randomId('proj'), name, createdAt: new Date().toISOString(), ...(owner ? { owner } : {}) };
+    return this.store.update((tx) => {
+      if (tx.get('projects', `name:${name}`) !== undefined) throw new KeysError('conflict', `project '${name}' already exists`);
+      tx.put('projects', project.id, project);
+      tx.put('projects', `name:${name}`, project.id);
+      this.bump(tx);
       return project;
-    });
+    }, local);
   }
 
   /** Removes a project that has no keys (undoing a sign-up that failed after its project was made). */
-  removeProject(id: string): void {
-    this.projects.transactionSync(() => {
-      const project = this.projects.get(id);
+  async removeProject(id: string): Promise<void> {
+    await this.store.update((tx) => {
+      const project = tx.get<ProjectRecord | string>('projects', id);
       if (typeof project !== 'object') return;
-      for (const { value } of this.keys.getRange()) {
+      this.bump(tx);
+      for (const { value } of tx.range<KeyRecord>('keys')) {
         if (value.projectId === id) throw new KeysError('conflict', `project '${project.name}' still has keys`);
       }
-      this.projects.removeSync(id);
-      this.projects.removeSync(`name:${project.name}`);
+      tx.remove('projects', id);
+      tx.remove('projects', `name:${project.name}`);
     });
   }
 
@@ -125,22 +138,23 @@ export class KeyRegistry {
     return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   }
 
-  /** A project by id or by name. */
-  findProject(ref: string): ProjectRecord | undefined {
-    const id = ref.startsWith('proj_') ? ref : this.projects.get(`name:${ref}`);
+  /** A project by id or by name (as `tx` reads it, inside a change). */
+  findProject(ref: string, tx?: Tx): ProjectRecord | undefined {
+    const read = (key: string) => (tx ? tx.get<ProjectRecord | string>('projects', key) : this.projects.get(key));
+    const id = ref.startsWith('proj_') ? ref : read(`name:${ref}`);
     if (typeof id !== 'string') return undefined;
-    const project = this.projects.get(id);
+    const project = read(id);
     return typeof project === 'object' ? project : undefined;
   }
 
-  private requireProject(ref: string): ProjectRecord {
-    const project = this.findProject(ref);
+  private requireProject(ref: string, tx?: Tx): ProjectRecord {
+    const project = this.findProject(ref, tx);
     if (!project) throw new KeysError('not_found', `no project '${ref}': create it with 'sovereign projects create ${ref}'`);
     return project;
   }
 
-  private requireKey(id: string): KeyRecord {
-    const key = this.keys.get(id);
+  private requireKey(id: string, tx?: Tx): KeyRecord {
+    const key = tx ? tx.get<KeyRecord>('keys', id) : this.keys.get(id);
     if (!key) throw new KeysError('not_found', `no key '${id}': 'sovereign keys list' shows the keys`);
     return key;
   }
@@ -149,10 +163,10 @@ export class KeyRegistry {
    * A new key in a project. `maxActive` caps the project's active keys (a dashboard member's, limits.maxKeysPerProject):
    * counted and written in one transaction, so keys created at once cannot pass it together.
    */
-  createKey(options: { project: string; name?: string; rpm?: number; tpm?: number; plan?: string; maxActive?: number }): {
-    key: KeyView;
-    secret: string;
-  } {
+  async createKey(
+    options: { project: string; name?: string; rpm?: number; tpm?: number; plan?: string; maxActive?: number },
+    local?: Local<{ key: KeyView; secret: string }>,
+  ): Promise<{ key: KeyView; secret: string }> {
     checkLimit('rpm', options.rpm);
     checkLimit('tpm', options.tpm);
     const project = this.requireProject(options.project);
@@ -170,22 +184,25 @@ export class KeyRegistry {
       ...(options.plan !== undefined ? { plan: options.plan } : {}),
     };
     const max = options.maxActive;
-    this.keys.transactionSync(() => {
-      if (max !== undefined && this.activeKeys(project.id) >= max) {
+    return this.store.update((tx) => {
+      // Bumped before the keys are counted: a key made at once on another replica makes this change run again.
+      this.bump(tx);
+      if (max !== undefined && this.activeKeys(project.id, tx) >= max) {
         throw new KeysError(
           'cap',
           `project '${project.name}' already has ${max} active key${max === 1 ? '' : 's'}, the most a project may have here (limits.maxKeysPerProject). Revoke a key you no longer use, or ask the operator.`,
         );
       }
-      this.save(record);
-    });
-    return { key: this.view(record), secret };
+      tx.put('keys', record.id, record);
+      return { key: this.view(record, tx), secret };
+    }, local);
   }
 
   /** Keys of the project that still authenticate (not revoked). */
-  activeKeys(projectId: string): number {
+  activeKeys(projectId: string, tx?: Tx): number {
     let count = 0;
-    for (const { value } of this.keys.getRange()) if (value.projectId === projectId && !value.revokedAt) count++;
+    const keys = tx ? tx.range<KeyRecord>('keys') : this.keys.getRange();
+    for (const { value } of keys) if (value.projectId === projectId && !value.revokedAt) count++;
     return count;
   }
 
@@ -193,29 +210,33 @@ export class KeyRegistry {
    * Sets or clears (null) the limits all a project's keys share; the operator's alone (`sovereign projects limits`).
    * Bumps the keys' version, so the running daemon applies them on the next call.
    */
-  setProjectLimits(ref: string, limits: { rpm?: number | null; tpm?: number | null }): ProjectRecord {
+  async setProjectLimits(
+    ref: string,
+    limits: { rpm?: number | null; tpm?: number | null },
+    local?: Local<ProjectRecord>,
+  ): Promise<ProjectRecord> {
     checkLimit('rpm', limits.rpm ?? undefined);
     checkLimit('tpm', limits.tpm ?? undefined);
-    return this.projects.transactionSync(() => {
-      const next: ProjectRecord = { ...this.requireProject(ref) };
+    return this.store.update((tx) => {
+      const next: ProjectRecord = { ...this.requireProject(ref, tx) };
       for (const field of ['rpm', 'tpm'] as const) {
         const value = limits[field];
         if (value === null) delete next[field];
         else if (value !== undefined) next[field] = value;
       }
-      this.projects.putSync(next.id, next);
-      this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
+      tx.put('projects', next.id, next);
+      this.bump(tx);
       return next;
-    });
+    }, local);
   }
 
   /** Records the member account that made a project (a sign-up makes the project before the account). */
-  setProjectOwner(ref: string, owner: string): ProjectRecord {
-    return this.projects.transactionSync(() => {
-      const next: ProjectRecord = { ...this.requireProject(ref), owner };
-      this.projects.putSync(next.id, next);
+  async setProjectOwner(ref: string, owner: string): Promise<ProjectRecord> {
+    return this.store.update((tx) => {
+      const next: ProjectRecord = { ...this.requireProject(ref, tx), owner };
+      tx.put('projects', next.id, next);
       // Keys cache their project: the next call of any key sees its owner.
-      this.versions.putSync(VERSION, (this.versions.get(VERSION) ?? 0) + 1);
+      this.bump(tx);
       return next;
     });
   }
@@ -235,57 +256,61 @@ export class KeyRegistry {
    * New secret, same public id. The old secret stops working now, or after `graceSeconds`. A second rotation
    * within a grace period ends the first one's grace: at most one old secret is ever accepted.
    */
-  rotateKey(id: string, graceSeconds = 0): { key: KeyView; secret: string } {
+  async rotateKey(
+    id: string,
+    graceSeconds = 0,
+    local?: Local<{ key: KeyView; secret: string }>,
+  ): Promise<{ key: KeyView; secret: string }> {
     if (!Number.isSafeInteger(graceSeconds) || graceSeconds < 0 || graceSeconds > MAX_GRACE_SECONDS) {
       throw new KeysError('invalid', `grace must be a whole number of seconds from 0 to ${MAX_GRACE_SECONDS}`);
     }
-    return this.keys.transactionSync(() => {
-      const record = this.requireKey(id);
+    return this.store.update((tx) => {
+      const record = this.requireKey(id, tx);
       if (record.revokedAt) throw new KeysError('conflict', `key '${id}' is revoked; create a new key instead`);
       const secret = newSecret(id);
       const next: KeyRecord = { ...record, hash: hashSecret(secret), hint: redact(secret), rotatedAt: new Date().toISOString() };
       if (graceSeconds > 0) next.previous = { hash: record.hash, until: Date.now() + graceSeconds * 1000 };
       else delete next.previous;
-      this.save(next);
-      return { key: this.view(next), secret };
-    });
+      this.save(tx, next);
+      return { key: this.view(next, tx), secret };
+    }, local);
   }
 
-  revokeKey(id: string): KeyView {
-    return this.keys.transactionSync(() => {
-      const record = this.requireKey(id);
-      if (record.revokedAt) return this.view(record);
+  async revokeKey(id: string, local?: Local<KeyView>): Promise<KeyView> {
+    return this.store.update((tx) => {
+      const record = this.requireKey(id, tx);
+      if (record.revokedAt) return this.view(record, tx);
       const next: KeyRecord = { ...record, revokedAt: new Date().toISOString() };
       delete next.previous;
-      this.save(next);
-      return this.view(next);
-    });
+      this.save(tx, next);
+      return this.view(next, tx);
+    }, local);
   }
 
-  setLimits(id: string, limits: { rpm?: number | null; tpm?: number | null }): KeyView {
+  async setLimits(id: string, limits: { rpm?: number | null; tpm?: number | null }, local?: Local<KeyView>): Promise<KeyView> {
     checkLimit('rpm', limits.rpm ?? undefined);
     checkLimit('tpm', limits.tpm ?? undefined);
-    return this.keys.transactionSync(() => {
-      const next: KeyRecord = { ...this.requireKey(id) };
+    return this.store.update((tx) => {
+      const next: KeyRecord = { ...this.requireKey(id, tx) };
       for (const field of ['rpm', 'tpm'] as const) {
         const value = limits[field];
         if (value === null) delete next[field];
         else if (value !== undefined) next[field] = value;
       }
-      this.save(next);
-      return this.view(next);
-    });
+      this.save(tx, next);
+      return this.view(next, tx);
+    }, local);
   }
 
   /** Puts the key on a plan, or (null) back on the default plan. The caller checks the plan exists in the config. */
-  setPlan(id: string, plan: string | null): KeyView {
-    return this.keys.transactionSync(() => {
-      const next: KeyRecord = { ...this.requireKey(id) };
+  async setPlan(id: string, plan: string | null, local?: Local<KeyView>): Promise<KeyView> {
+    return this.store.update((tx) => {
+      const next: KeyRecord = { ...this.requireKey(id, tx) };
       if (plan === null) delete next.plan;
       else next.plan = plan;
-      this.save(next);
-      return this.view(next);
-    });
+      this.save(tx, next);
+      return this.view(next, tx);
+    }, local);
   }
 
   /**
@@ -318,8 +343,13 @@ export class KeyRegistry {
     return { record: key.record, project: key.project, current: true };
   }
 
-  /** A number that moves with every change to any key, by any process (a revocation, a rotation, new limits). */
+  /**
+   * A number that moves with every change to any key, by any process (a revocation, a rotation, new limits). With
+   * PostgreSQL it throws SharedStateUnavailable while this replica's copy is not known to be current: every
+   * authentication reads it first, so none runs on a copy that may miss a revocation.
+   */
   version(): number | undefined {
+    this.store.shared?.assertFresh();
     return this.versions.get(VERSION);
   }
 
@@ -344,8 +374,8 @@ export class KeyRegistry {
     return key;
   }
 
-  private view(record: KeyRecord): KeyView {
-    const project = this.projects.get(record.projectId);
+  private view(record: KeyRecord, tx?: Tx): KeyView {
+    const project = tx ? tx.get<ProjectRecord | string>('projects', record.projectId) : this.projects.get(record.projectId);
     return {
       id: record.id,
       project: record.projectId,

@@ -17,7 +17,7 @@ import { InFlightGate, KeyLimits, MemoryLimitStore, RedisLimitStore, shareSizes,
 import { createLogger, loggerOptions } from '../log/index.js';
 import { loadManifest, ModelCatalog, type ModelEvent } from '../models/index.js';
 import { scannerKind, stopScrubWorker } from '../scrub/index.js';
-import { absorbCommitFailures, openStore } from '../store/index.js';
+import { absorbCommitFailures, connectShared, openStore } from '../store/index.js';
 import { EgressService } from '../egress/index.js';
 import { AuditEvents } from './audit-events.js';
 import { BootLog } from './boots.js';
@@ -72,6 +72,17 @@ export async function startDaemon(
   try {
     unlock = lockDataDir(config.dataDir);
   } catch (err) {
+    await store.close();
+    throw err;
+  }
+  try {
+    await connectShared(
+      store,
+      { store: config.store, ...(config.postgres ? { postgres: config.postgres } : {}) },
+      { serving: true, log: (level, message, detail) => log[level](detail ?? {}, message) },
+    );
+  } catch (err) {
+    unlock();
     await store.close();
     throw err;
   }

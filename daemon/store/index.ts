@@ -1,10 +1,45 @@
-// One lmdb environment under the data dir holds every store (projects, keys, and later the audit log and
-// documents), each in its own named database. lmdb is safe to share between processes, which is what lets the
-// CLI change keys while the daemon runs: a write commits durably and the daemon's next read sees it.
+// One lmdb environment under the data dir holds every store (projects, keys, the audit log, documents), each in its
+// own named database. lmdb is safe to share between processes, which is what lets the CLI change keys while the
+// daemon runs: a write commits durably and the daemon's next read sees it.
+//
+// Part of it is the state replicas share (SHARED_SPACES): with `store: "postgres"` that part lives in PostgreSQL and
+// the lmdb holds this replica's copy of it (postgres/state.ts); either way it is changed only through `update`.
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type Key, type RootDatabase } from 'lmdb';
+import { PostgresState, type LocalCopy, type PostgresOptions } from './postgres/state.js';
+import { lmdbUpdate, type Tx } from './tx.js';
 import { probeDirectory, WriteHealth } from './writes.js';
+
+export { addCounts, type Counts, type Tx } from './tx.js';
+export { connectionConfig, SharedStateUnavailable, STALE_MS, type PostgresOptions } from './postgres/state.js';
+export { migrate, schemaProblem, schemaVersion, SCHEMA_VERSION, MIGRATIONS } from './postgres/migrations.js';
+
+/** The named databases every replica shares: written only through `Store.update`. */
+export const SHARED_SPACES: ReadonlySet<string> = new Set([
+  'projects',
+  'keys',
+  'versions',
+  'users',
+  'sessions',
+  'usage',
+  'usage-daily',
+  'key-last-used',
+]);
+const WRITES = new Set([
+  'put',
+  'putSync',
+  'remove',
+  'removeSync',
+  'transaction',
+  'transactionSync',
+  'ifNoExists',
+  'ifVersion',
+  'clearSync',
+  'clearAsync',
+  'drop',
+  'dropSync',
+]);
 
 export {
   absorbCommitFailures,
@@ -26,7 +61,24 @@ export interface Store {
   flushed(): Promise<void>;
   /** Whether the data directory takes writes: failures are noted here, and health reads it. */
   readonly writes: WriteHealth;
+  /**
+   * Changes the shared state (SHARED_SPACES) atomically: `fn` reads and writes through its `Tx`, synchronously, and may
+   * run more than once (with PostgreSQL, again on a newer copy when something it read changed meanwhile). Rejects
+   * with SharedStateUnavailable when PostgreSQL cannot take the change.
+   *
+   * `local` writes this machine's own records of the change (the CLI's audit events, daemon/audit/outbox.ts) with its
+   * result: on lmdb in the same transaction; with PostgreSQL, in this lmdb right after PostgreSQL committed (a crash
+   * in between, a few microseconds, loses them; the change itself is not lost).
+   */
+  update<T>(fn: (tx: Tx) => T, local?: (result: T) => void): Promise<T>;
+  /** The link to PostgreSQL when the shared state lives there; null when this lmdb is the whole state. */
+  readonly shared: PostgresState | null;
   close(): Promise<void>;
+}
+
+export interface SharedStoreOptions {
+  store: 'lmdb' | 'postgres';
+  postgres?: PostgresOptions;
 }
 
 export function openStore(dataDir: string): Store {
@@ -44,6 +96,34 @@ export function openStore(dataDir: string): Store {
     if (existsSync(file)) chmodSync(file, file === dataDir ? 0o700 : 0o600);
   }
   const opened = new Map<string, Database<unknown, Key>>();
+  const raw = (name: string): Database<unknown, Key> => {
+    let db = opened.get(name);
+    if (!db) {
+      db = root.openDB<unknown, string>({ name, compression: false });
+      opened.set(name, db);
+    }
+    return db;
+  };
+  // With PostgreSQL, a module writing a shared space straight into lmdb would change this replica's copy alone.
+  const guarded = new Map<string, Database<unknown, Key>>();
+  const readOnly = (name: string): Database<unknown, Key> => {
+    let db = guarded.get(name);
+    if (!db) {
+      db = new Proxy(raw(name), {
+        get(target, prop, receiver) {
+          if (typeof prop === 'string' && WRITES.has(prop)) {
+            return () => {
+              throw new Error(`'${name}' is shared state: change it through store.update, not lmdb's ${prop}`);
+            };
+          }
+          const value = Reflect.get(target, prop, receiver) as unknown;
+          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+      guarded.set(name, db);
+    }
+    return db;
+  };
   // Both ways the data directory is written: lmdb's file, and files of their own (journal, vectors, images).
   const writes = new WriteHealth(() => {
     store.db<number>('service').putSync('write-probe', Date.now());
@@ -53,12 +133,17 @@ export function openStore(dataDir: string): Store {
     writes,
     path,
     db<V, K extends Key = string>(name: string): Database<V, K> {
-      let db = opened.get(name);
-      if (!db) {
-        db = root.openDB<unknown, string>({ name, compression: false });
-        opened.set(name, db);
-      }
+      const db = store.shared && SHARED_SPACES.has(name) ? readOnly(name) : raw(name);
       return db as unknown as Database<V, K>;
+    },
+    shared: null,
+    update<T>(fn: (tx: Tx) => T, local?: (result: T) => void): Promise<T> {
+      if (store.shared) return store.shared.update(fn, local);
+      try {
+        return Promise.resolve(lmdbUpdate(root, raw, fn, local));
+      } catch (err) {
+        return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+      }
     },
     bytes(name: string): Database<Buffer, number> {
       let db = opened.get(name);
@@ -73,8 +158,52 @@ export function openStore(dataDir: string): Store {
     },
     async close() {
       writes.stop();
+      await store.shared?.close();
       await root.close();
     },
   };
+  localCopies.set(store, {
+    get: (space, key) => raw(space).get(key),
+    range: (space, options) => raw(space).getRange(options),
+    apply(rows, seq) {
+      root.transactionSync(() => {
+        for (const row of rows) {
+          if (row.value === undefined) raw(row.space).removeSync(row.key);
+          else raw(row.space).putSync(row.key, row.value);
+        }
+        const replication = raw('replication');
+        if (seq > ((replication.get('applied') as number | undefined) ?? 0)) replication.putSync('applied', seq);
+      });
+    },
+    applied: () => (raw('replication').get('applied') as number | undefined) ?? 0,
+    clear() {
+      root.transactionSync(() => {
+        for (const space of SHARED_SPACES) raw(space).clearSync();
+        raw('replication').putSync('applied', 0);
+      });
+    },
+    isShared: (space) => SHARED_SPACES.has(space),
+  });
   return store;
+}
+
+const localCopies = new WeakMap<Store, LocalCopy>();
+
+/**
+ * With `store: "postgres"`, links `store` to PostgreSQL, its copy brought up to date first (nothing to do on lmdb).
+ * A serving replica (`serving`, which holds the data directory's lock) rebuilds its copy from nothing and follows
+ * PostgreSQL from then on; the CLI catches up from where the copy stands and commits its changes there. Throws, with
+ * what to do, when PostgreSQL cannot be reached or its schema is not this build's.
+ */
+export async function connectShared(
+  store: Store,
+  options: SharedStoreOptions,
+  mode: { serving: boolean; log?: (level: 'info' | 'warn' | 'error', message: string, detail?: object) => void },
+): Promise<void> {
+  if (options.store !== 'postgres' || !options.postgres) return;
+  const shared = await PostgresState.open(options.postgres, localCopies.get(store)!, mode.log ?? (() => {}), {
+    rebuild: mode.serving,
+    watch: mode.serving,
+  });
+  (store as { shared: PostgresState | null }).shared = shared;
 }

@@ -4,7 +4,7 @@
 // counts reach lmdb every few seconds (and at close), so a crash loses at most those seconds of counts. The audit
 // log, not this, is the record of every call.
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import type { Counts, Store } from '../store/index.js';
 
 export interface UsageCounts {
   calls: number;
@@ -56,7 +56,7 @@ export class UsageMeter {
   private flushing: Promise<void> = Promise.resolve();
 
   constructor(
-    store: Store,
+    private readonly store: Store,
     /** Told when counts could not be written (they are kept for the next try). */
     private readonly onError: (err: Error) => void = () => {},
     /** Days of daily counts kept for billing. */
@@ -162,21 +162,19 @@ export class UsageMeter {
       this.pending = new Map();
       if (!batch.size) return;
       try {
-        await this.counts.transaction(() => {
+        // Added, not written over: other replicas add their counts to the same minutes and days.
+        await this.store.update((tx) => {
           for (const [id, counts] of batch) {
-            const stored = this.counts.get(id);
-            void this.counts.put(id, stored ? add({ ...stored }, counts) : counts);
+            tx.add('usage', id, counts as unknown as Counts);
             // The same counts, added to their day's (the minute's index times 60 s falls in exactly one day).
             const [minute, key, route] = id.split('|') as [string, string, string];
-            const dayId = bucketKey(Math.floor((Number(minute) * MINUTE) / DAY), key, route);
-            const day = this.daily.get(dayId);
-            void this.daily.put(dayId, day ? add({ ...day }, counts) : { ...counts });
+            tx.add('usage-daily', bucketKey(Math.floor((Number(minute) * MINUTE) / DAY), key, route), counts as unknown as Counts);
           }
-          for (const [key, at] of lastUsed) void this.lastUsedDb.put(key, at);
+          for (const [key, at] of lastUsed) if ((tx.get<number>('key-last-used', key) ?? 0) < at) tx.put('key-last-used', key, at);
           const horizon = rangeStart(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES);
-          for (const id of [...this.counts.getKeys({ end: horizon })]) void this.counts.remove(id);
+          for (const { key } of tx.range('usage', { end: horizon })) tx.remove('usage', key);
           const billingHorizon = rangeStart(Math.floor(Date.now() / DAY) - this.billingDays);
-          for (const id of [...this.daily.getKeys({ end: billingHorizon })]) void this.daily.remove(id);
+          for (const { key } of tx.range('usage-daily', { end: billingHorizon })) tx.remove('usage-daily', key);
         });
       } catch (err) {
         for (const [id, counts] of batch) {

@@ -57,8 +57,8 @@ export async function startStandInApp(
   const store = openStore(dataDir);
   const log = createLogger(false);
   const keys = new KeyRegistry(store);
-  keys.createProject('p');
-  const { secret } = keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
+  await keys.createProject('p');
+  const { secret } = await keys.createKey({ project: 'p', rpm: 100, tpm: 10_000 });
   const registry = new EngineRegistry();
   for (const [id, { engine }] of Object.entries(engines)) registry.set('chat', id, scripted(engine));
   const audit = await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, log);

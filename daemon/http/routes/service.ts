@@ -1,4 +1,5 @@
-// Routes about the service itself: /healthz for supervisors, /v1/health and /v1/models for clients.
+// Routes about the service itself: /healthz and /readyz for supervisors and load balancers, /v1/health and
+// /v1/models for clients.
 import type { FastifyInstance } from 'fastify';
 import { isSovereign } from '../../config/index.js';
 import { ApiError } from '../../errors/index.js';
@@ -10,10 +11,19 @@ export type ServiceRouteDeps = Required<HealthSources>;
 
 const AUTHENTICATED = { config: { declaration: { auth: true } } };
 
-/** Liveness for supervisors, outside /v1 and without a key: says nothing an outsider could use. */
-export function registerLivenessRoute(root: FastifyInstance): void {
+/**
+ * Liveness for supervisors, and readiness for load balancers, outside /v1 and without a key: they say nothing an
+ * outsider could use. A replica is not ready while it cannot trust its copy of the shared state (store: postgres):
+ * it would refuse every call, so a load balancer should send them to another.
+ */
+export function registerLivenessRoute(root: FastifyInstance, shared: { staleness(): { problem: string } | null } | null): void {
   // While draining, the identify stage already answers 503: a supervisor sees the process going away.
   root.get('/healthz', async () => ({ status: 'alive' }));
+  root.get('/readyz', async (_request, reply) => {
+    const stale = shared?.staleness();
+    if (!stale) return { status: 'ready' };
+    return reply.code(503).header('retry-after', '2').send({ status: 'unavailable', problem: stale.problem });
+  });
 }
 
 export function registerServiceRoutes(v1: FastifyInstance, deps: ServiceRouteDeps): void {

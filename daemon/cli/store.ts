@@ -1,0 +1,15 @@
+// The store a CLI command works on: the data directory's lmdb, and with `store: "postgres"` the shared state in
+// PostgreSQL (its copy here brought up to date first, its changes committed there).
+import type { Config } from '../config/index.js';
+import { connectShared, openStore, type Store } from '../store/index.js';
+
+export async function openConfiguredStore(config: Config): Promise<Store> {
+  const store = openStore(config.dataDir);
+  try {
+    await connectShared(store, { store: config.store, ...(config.postgres ? { postgres: config.postgres } : {}) }, { serving: false });
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  return store;
+}

@@ -1,0 +1,420 @@
+// The shared state in PostgreSQL, and this replica's copy of it in lmdb. PostgreSQL is the authority: a change is
+// acknowledged once it committed there. Each replica keeps a copy of every shared record in its own lmdb, so reads
+// (authentication on every call) cost what they cost on one machine; the copy follows PostgreSQL through
+// notifications (LISTEN/NOTIFY), and through a poll a few times a second in case one is lost.
+//
+// The copy is trusted only while it is known to be recent: a replica that has not confirmed it holds every change
+// within `STALE_MS` (PostgreSQL down, the network cut) refuses to authenticate, so a key revoked anywhere stops
+// working everywhere within that bound, even through an outage.
+import { readFileSync } from 'node:fs';
+import type { Key } from 'lmdb';
+import { pack, unpack } from 'msgpackr';
+import pg from 'pg';
+import { addCounts, type Counts, type RangeOptions, type Tx } from '../tx.js';
+import { schemaProblem, schemaVersion } from './migrations.js';
+
+/** The longest a replica trusts its copy without hearing from PostgreSQL: the revocation bound. */
+export const STALE_MS = 1_000;
+/** How often a replica asks PostgreSQL for the newest change number, notifications or not. */
+const POLL_MS = 200;
+/** Rows copied per query and per lmdb transaction while catching up. */
+const PAGE = 2_000;
+/** Times a change is tried again on a newer copy when something it read changed meanwhile. */
+const ATTEMPTS = 20;
+const CHANNEL = 'sovereign_state';
+
+export interface PostgresOptions {
+  url: string;
+  passwordFile?: string;
+  poolSize?: number;
+  timeoutMs?: number;
+}
+
+/** What this replica's copy is made of: its lmdb, with the named databases the shared state occupies. */
+export interface LocalCopy {
+  get(space: string, key: Key): unknown;
+  range(space: string, options: RangeOptions): Iterable<{ key: Key; value: unknown }>;
+  /** Writes rows (value undefined: removed) and the change number they bring the copy to, atomically. */
+  apply(rows: { space: string; key: Key; value: unknown }[], seq: number): void;
+  /** The change number the copy holds (every process sharing the lmdb moves it forward only). */
+  applied(): number;
+  /** Empties every shared space (before a full copy). */
+  clear(): void;
+  isShared(space: string): boolean;
+}
+
+/** PostgreSQL is out of reach (or refused as unavailable): the call that needed it cannot complete now. */
+export class SharedStateUnavailable extends Error {
+  constructor(
+    readonly problem: string,
+    options?: { cause?: unknown },
+  ) {
+    super(problem, options);
+    this.name = 'SharedStateUnavailable';
+  }
+}
+
+/** Errors that mean PostgreSQL cannot be reached or cannot serve now, not that a statement is wrong. */
+function unavailable(err: unknown): boolean {
+  if (err instanceof SharedStateUnavailable) return true;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
+    // 08: connection exception; 53: insufficient resources; 57: operator intervention (shutdown); 40: rollbacks.
+    return /^(08|53|57|40)/.test(code);
+  }
+  // Node's socket errors (ECONNREFUSED, ECONNRESET, ETIMEDOUT) and pg's own (a timeout, a terminated connection).
+  return typeof code === 'string' || /timeout|terminated|Connection|connect/i.test((err as Error)?.message ?? '');
+}
+
+function describe(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  return `PostgreSQL does not answer (${e.code ? `${e.code}: ` : ''}${e.message || 'no reason given'})`;
+}
+
+function readPassword(file: string): string {
+  try {
+    return readFileSync(file, 'utf8').trim();
+  } catch (err) {
+    throw new Error(`cannot read postgres.passwordFile '${file}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
+
+/**
+ * How to connect: the URL with the password from its file. pg lets a connection string's fields override separate
+ * options (a URL without a password would unset it), so the password goes into the URL given to pg, which is never
+ * logged; messages name `options.url`.
+ */
+export function connectionConfig(options: PostgresOptions, applicationName: string): pg.ClientConfig {
+  const url = new URL(options.url);
+  if (options.passwordFile) url.password = encodeURIComponent(readPassword(options.passwordFile));
+  const timeoutMs = options.timeoutMs ?? 2_000;
+  return {
+    connectionString: url.toString(),
+    connectionTimeoutMillis: timeoutMs,
+    query_timeout: timeoutMs,
+    application_name: applicationName,
+  };
+}
+
+interface Write {
+  space: string;
+  key: Key;
+  kind: 'put' | 'remove' | 'add';
+  value?: unknown;
+  counts?: Counts;
+}
+
+const idOf = (space: string, key: Key) => `${space}\u0000${JSON.stringify(key)}`;
+
+export class PostgresState {
+  private readonly pool: pg.Pool;
+  private listener: pg.Client | null = null;
+  private pollTimer: NodeJS.Timeout | null = null;
+  private polling: Promise<void> | null = null;
+  private pollAgain = false;
+  private catching: Promise<void> = Promise.resolve();
+  /** When the copy was last known to hold every change (the start of the poll that confirmed it). */
+  private confirmedAt = 0;
+  private failure: { problem: string; since: string } | null = null;
+  private closed = false;
+  /** Whether this process enforces the staleness bound (a serving replica) or only commits (the CLI). */
+  private watching = false;
+
+  private constructor(
+    private readonly options: PostgresOptions,
+    private readonly local: LocalCopy,
+    private readonly log: (level: 'info' | 'warn' | 'error', message: string, detail?: object) => void,
+  ) {
+    this.pool = new pg.Pool({ ...connectionConfig(options, 'sovereign'), max: options.poolSize ?? 4, idleTimeoutMillis: 30_000 });
+    // An idle connection that breaks (PostgreSQL restarted) is replaced on the next query; it must not end the process.
+    this.pool.on('error', (err) => this.noteFailure(err));
+  }
+
+  /**
+   * Connects, checks the schema, and brings the local copy up to date: from nothing (`fresh`, a replica starting: its
+   * copy is rebuilt, so nothing removed while it was away survives in it) or from where it stands (the CLI).
+   */
+  static async open(
+    options: PostgresOptions,
+    local: LocalCopy,
+    log: PostgresState['log'],
+    mode: { rebuild: boolean; watch: boolean },
+  ): Promise<PostgresState> {
+    const state = new PostgresState(options, local, log);
+    try {
+      const version = await schemaVersion(state.pool).catch((err: unknown) => {
+        throw new Error(`cannot reach PostgreSQL at ${options.url}: ${(err as Error).message}`);
+      });
+      const problem = schemaProblem(version);
+      if (problem) throw new Error(problem);
+      if (mode.rebuild) local.clear();
+      const started = Date.now();
+      await state.catchUp();
+      state.confirmedAt = started;
+      if (mode.watch) await state.watch();
+    } catch (err) {
+      await state.close();
+      throw err;
+    }
+    return state;
+  }
+
+  /** The pool, for `sovereign db` commands. */
+  get database(): pg.Pool {
+    return this.pool;
+  }
+
+  /**
+   * Runs `fn` on the local copy, then commits its writes in PostgreSQL if nothing it read has changed there since the
+   * copy was taken; otherwise brings the copy up to date and runs it again. Resolves once committed and copied here.
+   */
+  async update<T>(fn: (tx: Tx) => T, local?: (result: T) => void): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const snapshot = this.local.applied();
+      const { result, reads, writes } = this.run(fn);
+      if (writes.size === 0) {
+        local?.(result);
+        return result;
+      }
+      let committed: boolean;
+      try {
+        committed = await this.commit(snapshot, reads, [...writes.values()]);
+      } catch (err) {
+        if (!unavailable(err)) throw err;
+        this.noteFailure(err);
+        throw new SharedStateUnavailable(describe(err), { cause: err });
+      }
+      if (committed) local?.(result);
+      await this.catchUp().catch((err: unknown) => this.noteFailure(err));
+      if (committed) return result;
+      if (attempt >= ATTEMPTS) throw new Error(`a change of the shared state conflicted ${ATTEMPTS} times in a row; retry it`);
+    }
+  }
+
+  /** `fn` against the copy, with its writes held back and its reads noted. */
+  private run<T>(fn: (tx: Tx) => T): { result: T; reads: Set<string>; writes: Map<string, Write> } {
+    const reads = new Set<string>();
+    const writes = new Map<string, Write>();
+    const shared = (space: string) => {
+      if (!this.local.isShared(space)) throw new Error(`'${space}' is not part of the shared state`);
+    };
+    const tx: Tx = {
+      get: <V>(space: string, key: Key) => {
+        shared(space);
+        const id = idOf(space, key);
+        const write = writes.get(id);
+        if (write?.kind === 'put') return write.value as V;
+        if (write?.kind === 'remove') return undefined;
+        reads.add(id);
+        const stored = this.local.get(space, key) as V | undefined;
+        return write?.kind === 'add' ? (addCounts(stored as object | undefined, write.counts!) as V) : stored;
+      },
+      range: <V>(space: string, options: RangeOptions = {}) => {
+        shared(space);
+        return this.local.range(space, options) as Iterable<{ key: Key; value: V }>;
+      },
+      put: (space, key, value) => {
+        shared(space);
+        writes.set(idOf(space, key), { space, key, kind: 'put', value });
+      },
+      remove: (space, key) => {
+        shared(space);
+        writes.set(idOf(space, key), { space, key, kind: 'remove' });
+      },
+      add: (space, key, counts) => {
+        shared(space);
+        const id = idOf(space, key);
+        const write = writes.get(id);
+        if (write?.kind === 'put') write.value = addCounts(write.value as object | undefined, counts);
+        else if (write?.kind === 'add') write.counts = addCounts(write.counts, counts);
+        else writes.set(id, { space, key, kind: 'add', counts: { ...counts } });
+      },
+    };
+    return { result: fn(tx), reads, writes };
+  }
+
+  /** One PostgreSQL transaction: false when a record read at `snapshot` has changed since (nothing is written). */
+  private async commit(snapshot: number, reads: Set<string>, writes: Write[]): Promise<boolean> {
+    const client = await this.pool.connect();
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      const head = Number((await client.query<{ seq: string }>('SELECT seq FROM state_head FOR UPDATE')).rows[0]!.seq);
+      if (head > snapshot && reads.size > 0) {
+        const spaces: string[] = [];
+        const keys: string[] = [];
+        for (const id of reads) {
+          const cut = id.indexOf('\u0000');
+          spaces.push(id.slice(0, cut));
+          keys.push(id.slice(cut + 1));
+        }
+        const changed = await client.query(
+          `SELECT 1 FROM state s JOIN unnest($1::text[], $2::text[]) AS r(space, key) USING (space, key)
+           WHERE s.seq > $3 LIMIT 1`,
+          [spaces, keys, snapshot],
+        );
+        if (changed.rowCount) {
+          await client.query('ROLLBACK');
+          return false;
+        }
+      }
+      const adds = writes.filter((w) => w.kind === 'add');
+      const current = new Map<string, unknown>();
+      if (adds.length > 0) {
+        const { rows } = await client.query<{ space: string; key: string; value: Buffer | null }>(
+          `SELECT s.space, s.key, s.value FROM state s JOIN unnest($1::text[], $2::text[]) AS r(space, key) USING (space, key)`,
+          [adds.map((w) => w.space), adds.map((w) => JSON.stringify(w.key))],
+        );
+        for (const row of rows) current.set(`${row.space}\u0000${row.key}`, row.value ? unpack(row.value) : undefined);
+      }
+      const values = writes.map((w) => {
+        if (w.kind === 'remove') return null;
+        const value = w.kind === 'add' ? addCounts(current.get(idOf(w.space, w.key)) as object | undefined, w.counts!) : w.value;
+        return pack(value);
+      });
+      await client.query(
+        `INSERT INTO state (space, key, value, seq)
+         SELECT space, key, value, $4 + n FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
+         ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq`,
+        [writes.map((w) => w.space), writes.map((w) => JSON.stringify(w.key)), values, head],
+      );
+      const next = head + writes.length;
+      await client.query('UPDATE state_head SET seq = $1', [next]);
+      await client.query('SELECT pg_notify($1, $2)', [CHANNEL, String(next)]);
+      await client.query('COMMIT');
+      return true;
+    } catch (err) {
+      broken = true;
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      // A connection that failed mid-transaction is not given back to the pool: it may be half-open.
+      client.release(broken);
+    }
+  }
+
+  /** Copies every change above what the copy holds; one at a time, in order. */
+  catchUp(): Promise<void> {
+    const run = this.catching.then(async () => {
+      for (;;) {
+        const from = this.local.applied();
+        const { rows } = await this.pool.query<{ space: string; key: string; value: Buffer | null; seq: string }>(
+          'SELECT space, key, value, seq FROM state WHERE seq > $1 ORDER BY seq LIMIT $2',
+          [from, PAGE],
+        );
+        if (rows.length === 0) return;
+        const known = rows.filter((row) => this.local.isShared(row.space));
+        this.local.apply(
+          known.map((row) => ({
+            space: row.space,
+            key: JSON.parse(row.key) as Key,
+            value: row.value ? (unpack(row.value) as unknown) : undefined,
+          })),
+          Number(rows[rows.length - 1]!.seq),
+        );
+        if (rows.length < PAGE) return;
+      }
+    });
+    this.catching = run.catch(() => {});
+    return run;
+  }
+
+  /** Starts following PostgreSQL: notifications and the poll, and the staleness bound on `assertFresh`. */
+  private async watch(): Promise<void> {
+    this.watching = true;
+    await this.listen().catch((err: unknown) => this.noteFailure(err));
+    this.pollTimer = setInterval(() => this.poll(), POLL_MS);
+    this.pollTimer.unref();
+  }
+
+  private async listen(): Promise<void> {
+    if (this.closed) return;
+    // No query timeout: this connection waits for notifications as long as it stands.
+    const client = new pg.Client({ ...connectionConfig(this.options, 'sovereign-listen'), query_timeout: undefined });
+    const lost = (err?: unknown) => {
+      if (this.listener !== client) return;
+      this.listener = null;
+      client.end().catch(() => {});
+      if (err) this.noteFailure(err);
+    };
+    client.on('error', lost);
+    client.on('end', () => lost());
+    client.on('notification', () => this.poll());
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${CHANNEL}`);
+    } catch (err) {
+      await client.end().catch(() => {});
+      throw err;
+    }
+    this.listener = client;
+  }
+
+  /** Reads the newest change number and copies up to it; a success confirms the copy as of the poll's start. */
+  private poll(): void {
+    if (this.closed) return;
+    if (this.polling) {
+      this.pollAgain = true;
+      return;
+    }
+    const started = Date.now();
+    this.polling = (async () => {
+      try {
+        if (!this.listener) await this.listen();
+        const { rows } = await this.pool.query<{ seq: string }>('SELECT seq FROM state_head');
+        if (Number(rows[0]!.seq) > this.local.applied()) await this.catchUp();
+        this.confirmedAt = started;
+        if (this.failure) {
+          this.log('info', 'PostgreSQL answers again; the shared state is current', { down_since: this.failure.since });
+          this.failure = null;
+        }
+      } catch (err) {
+        this.noteFailure(err);
+      } finally {
+        this.polling = null;
+        if (this.pollAgain) {
+          this.pollAgain = false;
+          this.poll();
+        }
+      }
+    })();
+  }
+
+  private noteFailure(err: unknown): void {
+    if (this.closed) return;
+    if (!this.failure) {
+      this.failure = { problem: describe(err), since: new Date().toISOString() };
+      this.log('error', 'PostgreSQL does not answer; calls that need the shared state get 503 until it does', {
+        err: (err as Error).message,
+      });
+    }
+  }
+
+  /**
+   * Why the copy cannot be trusted now, or null when it can: a serving replica that has not confirmed its copy within
+   * STALE_MS. Health reports it; authentication refuses to run on it.
+   */
+  staleness(now = Date.now()): { problem: string; since: string } | null {
+    if (!this.watching || now - this.confirmedAt <= STALE_MS) return null;
+    return {
+      problem: `${this.failure?.problem ?? 'PostgreSQL has not confirmed the shared state'}; this replica has not seen its changes for ${now - this.confirmedAt} ms, so it authenticates no call until it does (a key revoked elsewhere must not work here)`,
+      since: this.failure?.since ?? new Date(this.confirmedAt + STALE_MS).toISOString(),
+    };
+  }
+
+  /** Throws SharedStateUnavailable while the copy cannot be trusted. */
+  assertFresh(now = Date.now()): void {
+    if (this.watching && now - this.confirmedAt > STALE_MS) throw new SharedStateUnavailable(this.staleness(now)!.problem);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.pollTimer) clearInterval(this.pollTimer);
+    await this.polling;
+    await this.catching;
+    const listener = this.listener;
+    this.listener = null;
+    await listener?.end().catch(() => {});
+    await this.pool.end().catch(() => {});
+  }
+}
