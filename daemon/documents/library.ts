@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from 'lmdb';
 import type { RedactionCounts } from '../scrub/index.js';
-import type { Store } from '../store/index.js';
+import { findFresh, type SharedChange, type Store } from '../store/index.js';
 import { Bm25Index, bestOf } from './bm25.js';
 import { chunkText, DEFAULT_CHUNKING } from './chunk.js';
 import { DEFAULT_PDF_BUDGET, extractText, PdfWorkers, type DocumentFormat, type PdfBudget } from './extract/index.js';
@@ -87,7 +87,6 @@ const listingKey = (d: DocumentRecord) => `${kbKey(d.project, d.knowledgeBase)}/
 export class DocumentLibrary {
   private readonly documents: Database<DocumentRecord, string>;
   private readonly chunks: Database<ChunkRecord, number>;
-  private readonly meta: Database<number, string>;
   /** listingKey → document id: a knowledge base's documents without reading every document. */
   private readonly listing: Database<string, string>;
   private readonly vectors: VectorIndexes;
@@ -98,26 +97,18 @@ export class DocumentLibrary {
   private readonly building = new Map<string, Promise<Bm25Index>>();
   private readonly pdfWorkers: PdfWorkers;
   private closing = false;
-  /** The next chunk id, taken synchronously so that concurrent ingestions never share one. */
-  private nextChunk: number;
 
   constructor(
-    store: Store,
+    private readonly store: Store,
     private readonly limits: LibraryOptions,
   ) {
     this.documents = store.db<DocumentRecord>('documents');
     this.chunks = store.db<ChunkRecord, number>('document-chunks');
-    this.meta = store.db<number>('documents-meta');
-    this.nextChunk = this.meta.get('next-chunk') ?? 0;
     this.listing = store.db<string>('documents-by-kb');
-    // Documents stored before the listing existed.
-    if (this.listing.getKeysCount({ limit: 1 }) === 0 && this.documents.getKeysCount({ limit: 1 }) > 0) {
-      this.listing.transactionSync(() => {
-        for (const { value } of this.documents.getRange()) void this.listing.put(listingKey(value), value.id);
-      });
-    }
     this.vectors = new VectorIndexes(store, limits.vectorsDir, (kb) => this.liveChunks(kb), limits.log);
     this.pdfWorkers = new PdfWorkers(limits.pdf ?? DEFAULT_PDF_BUDGET);
+    // Documents other replicas add or remove (store: postgres) reach this one's indexes as they reach its copy.
+    store.onChange('documents', (changes) => this.followOthers(changes));
   }
 
   /**
@@ -125,6 +116,12 @@ export class DocumentLibrary {
    * (rebuilding damaged ones from the stored vectors). A query that comes first waits for its own knowledge base.
    */
   async open(): Promise<void> {
+    // Documents stored before the listing existed.
+    if (this.listing.getKeysCount({ limit: 1 }) === 0 && this.documents.getKeysCount({ limit: 1 }) > 0) {
+      await this.store.update((tx) => {
+        for (const { value } of tx.range<DocumentRecord>('documents')) tx.put('documents-by-kb', listingKey(value), value.id);
+      });
+    }
     const knowledgeBases = new Set<string>();
     for (const key of this.listing.getKeys()) knowledgeBases.add(key.slice(0, key.indexOf('/', key.indexOf('/') + 1)));
     const lexical = (async () => {
@@ -197,32 +194,59 @@ export class DocumentLibrary {
         signal,
       );
     }
-    const first = this.nextChunk;
-    this.nextChunk += texts.length;
-    const chunkIds = texts.map((_, i) => first + i);
-    const record: DocumentRecord = {
-      id,
-      project,
-      knowledgeBase: input.knowledgeBase,
-      filename: input.filename,
-      metadata: input.metadata,
-      createdAt: Math.floor(Date.now() / 1000),
-      chunkIds,
-      redactions: input.redactions,
-      characters: input.content.length,
-    };
-    await this.documents.transaction(() => {
-      void this.meta.put('next-chunk', this.nextChunk);
-      texts.forEach((text, index) => void this.chunks.put(chunkIds[index]!, { document: record.id, index, text }));
-      if (vectors) this.vectors.putInTransaction(chunkIds, vectors);
-      void this.documents.put(record.id, record);
-      void this.listing.put(listingKey(record), record.id);
+    const createdAt = Math.floor(Date.now() / 1000);
+    const record = await this.store.update((tx) => {
+      // Chunk ids are taken in the change that stores them: with PostgreSQL, two replicas taking the same ones at
+      // once conflict, and the second takes the next ones.
+      const first = tx.get<number>('documents-meta', 'next-chunk') ?? 0;
+      const chunkIds = texts.map((_, i) => first + i);
+      tx.put('documents-meta', 'next-chunk', first + texts.length);
+      const made: DocumentRecord = {
+        id,
+        project,
+        knowledgeBase: input.knowledgeBase,
+        filename: input.filename,
+        metadata: input.metadata,
+        createdAt,
+        chunkIds,
+        redactions: input.redactions,
+        characters: input.content.length,
+      };
+      texts.forEach((text, index) => tx.put('document-chunks', chunkIds[index]!, { document: id, index, text }));
+      if (vectors) this.vectors.putIn(tx, chunkIds, vectors);
+      tx.put('documents-by-kb', listingKey(made), id);
+      // Last: a replica that learns of the document (followOthers) holds its chunks and vectors already.
+      tx.put('documents', id, made);
+      return made;
     });
+    const { chunkIds } = record;
     const index = this.indexes.get(kb) ?? this.partialIndexes.get(kb);
     texts.forEach((text, i) => index?.add(chunkIds[i]!, text));
     if (vectors) await this.vectors.insert(kb, chunkIds, vectors);
     else if (this.vectors.modelOf(kb)) await this.vectors.markIncomplete(kb);
     return record;
+  }
+
+  /** Indexes the documents other replicas added, and unindexes those they removed. */
+  private followOthers(changes: SharedChange[]): void {
+    for (const { value, previous } of changes) {
+      const added = value as DocumentRecord | undefined;
+      const removed = previous as DocumentRecord | undefined;
+      if (removed && !added) {
+        const kb = kbKey(removed.project, removed.knowledgeBase);
+        const index = this.indexes.get(kb) ?? this.partialIndexes.get(kb);
+        for (const chunkId of removed.chunkIds) index?.remove(chunkId);
+        void this.vectors.forget(kb, removed.chunkIds);
+      } else if (added && !removed) {
+        const kb = kbKey(added.project, added.knowledgeBase);
+        const index = this.indexes.get(kb) ?? this.partialIndexes.get(kb);
+        for (const chunkId of added.chunkIds) {
+          const chunk = this.chunks.get(chunkId);
+          if (chunk && index && !index.has(chunkId)) index.add(chunkId, chunk.text);
+        }
+        void this.vectors.insertStored(kb, added.chunkIds);
+      }
+    }
   }
 
   /** The project's documents in a knowledge base (or in all of its knowledge bases), oldest first. */
@@ -246,6 +270,14 @@ export class DocumentLibrary {
     return { start: prefix, end: `${prefix}\uffff` };
   }
 
+  /**
+   * `find` on this replica's copy, and on a miss once more after catching up (store: postgres), so a document added
+   * through another replica a moment ago is found here.
+   */
+  fresh<T>(find: (library: this) => T): Promise<T> {
+    return findFresh(this.store, () => find(this));
+  }
+
   /** A document of this project, or undefined (another project's document is not told apart from none). */
   get(project: string, id: string): DocumentRecord | undefined {
     const record = this.documents.get(id);
@@ -256,12 +288,16 @@ export class DocumentLibrary {
   async remove(project: string, id: string): Promise<boolean> {
     const record = this.get(project, id);
     if (!record) return false;
-    await this.documents.transaction(() => {
-      for (const chunkId of record.chunkIds) void this.chunks.remove(chunkId);
-      this.vectors.dropInTransaction(record.chunkIds);
-      void this.documents.remove(id);
-      void this.listing.remove(listingKey(record));
+    const removed = await this.store.update((tx) => {
+      // Read in the change: a document removed at once on two replicas is removed (and unindexed) once.
+      if (!tx.get('documents', id)) return false;
+      for (const chunkId of record.chunkIds) tx.remove('document-chunks', chunkId);
+      this.vectors.dropIn(tx, record.chunkIds);
+      tx.remove('documents-by-kb', listingKey(record));
+      tx.remove('documents', id);
+      return true;
     });
+    if (!removed) return false;
     const kb = kbKey(project, record.knowledgeBase);
     const index = this.indexes.get(kb) ?? this.partialIndexes.get(kb);
     for (const chunkId of record.chunkIds) index?.remove(chunkId);

@@ -1,8 +1,9 @@
 // Vector retrieval: one HNSW graph (hnswlib-node, cosine) per knowledge base over the chunks' embeddings.
 //
-// lmdb is the truth. Each chunk's vector is stored there (float32 bytes under the chunk id), next to the chunk; the
-// graph file under <dataDir>/vectors/ is only a cache of those vectors, written whole to a temporary file, renamed
-// into place, and its SHA-256 recorded in lmdb. hnswlib reads a graph file without checking it (a truncated or
+// The store is the truth. Each chunk's vector is stored there (float32 bytes under the chunk id), next to the chunk,
+// with the model and dimensions of each knowledge base's vectors (shared by every replica with store: postgres); the
+// graph file under <dataDir>/vectors/ is only this machine's cache of those vectors, written whole to a temporary
+// file, renamed into place, and its SHA-256 recorded in this machine's lmdb. hnswlib reads a graph file without checking it (a truncated or
 // altered one can make it allocate absurdly or crash the process), so a file is read only when its digest matches
 // the recorded one; otherwise the graph is rebuilt from the stored vectors at boot. A graph that loads is reconciled
 // with the chunks: labels of deleted chunks are marked deleted, chunks missing from it are added (from their stored
@@ -15,7 +16,7 @@ import { createReadStream, existsSync, mkdirSync, renameSync, rmSync } from 'nod
 import { join } from 'node:path';
 import hnswlib from 'hnswlib-node';
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import type { Store, Tx } from '../store/index.js';
 
 /** Turns text into vectors with the embeddings model the documents use. */
 export interface Embedder {
@@ -34,11 +35,12 @@ export interface VectorHit {
   score: number;
 }
 
+/** A knowledge base's vectors, as every replica shares them. */
 interface GraphRecord {
   model: string;
   dimensions: number;
-  /** SHA-256 (hex) of the graph file last written, or null before the first write. */
-  sha256: string | null;
+  /** SHA-256 of the graph file, where records written before graph files had their own record held it. */
+  sha256?: string | null;
   /** Some chunks have no vector from this model yet. */
   incomplete?: boolean;
 }
@@ -109,18 +111,21 @@ const yieldTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 export class VectorIndexes {
   private readonly vectors: Database<Buffer, number>;
   private readonly records: Database<GraphRecord, string>;
+  /** SHA-256 (hex) of each knowledge base's graph file last written here: this machine's, never shared. */
+  private readonly files: Database<string, string>;
   private readonly graphs = new Map<string, Graph>();
   /** Knowledge bases being loaded or caught up, so that concurrent callers wait for the same work. */
   private readonly preparing = new Map<string, Promise<Graph | null>>();
 
   constructor(
-    store: Store,
+    private readonly store: Store,
     private readonly dir: string,
     private readonly liveChunks: LiveChunks,
     private readonly log: VectorLog,
   ) {
     this.vectors = store.bytes('document-vectors');
     this.records = store.db<GraphRecord>('document-graphs');
+    this.files = store.db<string>('document-graph-files');
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
 
@@ -147,9 +152,31 @@ export class VectorIndexes {
     return this.embedAll(chunks, embedder, { document }, signal);
   }
 
-  /** Stores a new document's vectors: call inside the transaction that stores its chunks. */
-  putInTransaction(chunkIds: number[], vectors: Float32Array[]): void {
-    chunkIds.forEach((id, i) => void this.vectors.put(id, Buffer.from(vectors[i]!.buffer, vectors[i]!.byteOffset, vectors[i]!.byteLength)));
+  /** Stores a new document's vectors, in the change `tx` that stores its chunks. */
+  putIn(tx: Tx, chunkIds: number[], vectors: Float32Array[]): void {
+    chunkIds.forEach((id, i) =>
+      tx.put('document-vectors', id, Buffer.from(vectors[i]!.buffer, vectors[i]!.byteOffset, vectors[i]!.byteLength)),
+    );
+  }
+
+  /** Adds chunks another replica stored, with their stored vectors, to the knowledge base's graph if it is loaded. */
+  async insertStored(kb: string, chunkIds: number[]): Promise<void> {
+    const graph = this.graphs.get(kb);
+    const record = this.records.get(kb);
+    if (!graph || !record) return;
+    if (graph.model !== record.model) {
+      // The vectors are of another model now: the next use rebuilds the graph.
+      this.graphs.delete(kb);
+      return;
+    }
+    await queued(graph, () => {
+      for (const id of chunkIds) {
+        const vector = this.storedVector(id, graph.dimensions);
+        if (vector) graph.add(id, vector);
+        else graph.incomplete = true;
+      }
+    });
+    this.persistSoon(kb, graph);
   }
 
   /** Adds a committed document's vectors to the knowledge base's graph. */
@@ -168,15 +195,18 @@ export class VectorIndexes {
     // The document is stored already: a mark that cannot be written (a full disk) must not fail its call. The graph
     // in memory is marked, and caught up at its next use; only a restart before then forgets the mark.
     if (record && !record.incomplete) {
-      await this.records
-        .put(kb, { ...record, incomplete: true })
+      await this.store
+        .update((tx) => {
+          const current = tx.get<GraphRecord>('document-graphs', kb);
+          if (current && !current.incomplete) tx.put('document-graphs', kb, { ...current, incomplete: true });
+        })
         .catch((err: Error) => this.log.warn({ knowledgeBase: kb, err: err.message }, 'could not mark the vector index incomplete'));
     }
   }
 
-  /** Deletes the vectors of removed chunks: call inside the transaction that removes the chunks. */
-  dropInTransaction(chunkIds: number[]): void {
-    for (const id of chunkIds) void this.vectors.remove(id);
+  /** Deletes the vectors of removed chunks, in the change `tx` that removes the chunks. */
+  dropIn(tx: Tx, chunkIds: number[]): void {
+    for (const id of chunkIds) tx.remove('document-vectors', id);
   }
 
   /** Takes removed chunks out of the knowledge base's graph (after their transaction committed). */
@@ -236,13 +266,16 @@ export class VectorIndexes {
     const dimensions = vectors[0]?.length ?? existing?.dimensions ?? (await embedder.embed(['dimensions'], signal))[0]!.length;
     const graph = reuse ? existing : new Graph(embedder.model, dimensions, live.length * 2);
     if (existing) await existing.queue;
-    await this.vectors.transaction(() =>
-      this.putInTransaction(
+    await this.store.update((tx) => {
+      this.putIn(
+        tx,
         pending.map((c) => c.id),
         vectors,
-      ),
-    );
-    await this.records.put(kb, { model: embedder.model, dimensions, sha256: reuse ? (this.records.get(kb)?.sha256 ?? null) : null });
+      );
+      tx.put('document-graphs', kb, { model: embedder.model, dimensions });
+    });
+    // A graph of another model's vectors: its file is no cache of these.
+    if (!reuse) this.files.remove(kb).catch(() => {});
     await queued(graph, async () => {
       for (let i = 0; i < pending.length; i++) {
         graph.add(pending[i]!.id, vectors[i]!);
@@ -273,9 +306,10 @@ export class VectorIndexes {
     const live = this.liveChunks(kb);
     const path = this.fileOf(kb);
     const graph = new Graph(record.model, record.dimensions, live.length * 2);
+    const sha256 = this.files.get(kb) ?? record.sha256;
     let problem: string | null = null;
-    if (!record.sha256 || !existsSync(path)) problem = 'no saved index';
-    else if ((await fileSha256(path)) !== record.sha256) problem = 'the index file does not match its recorded digest';
+    if (!sha256 || !existsSync(path)) problem = 'no saved index';
+    else if ((await fileSha256(path)) !== sha256) problem = 'the index file does not match its recorded digest';
     if (!problem) {
       try {
         await graph.index.readIndex(path, true);
@@ -286,7 +320,7 @@ export class VectorIndexes {
       }
     }
     if (problem) {
-      if (record.sha256) this.log.warn({ knowledgeBase: kb, problem }, 'vector index damaged; rebuilding it from the stored vectors');
+      if (sha256) this.log.warn({ knowledgeBase: kb, problem }, 'vector index damaged; rebuilding it from the stored vectors');
       return this.rebuild(kb, record, live);
     }
     const liveIds = new Set(live.map((c) => c.id));
@@ -388,8 +422,14 @@ export class VectorIndexes {
       throw err;
     }
     renameSync(temporary, path);
+    await this.files.put(kb, sha256);
     const record = this.records.get(kb);
-    if (record) await this.records.put(kb, { ...record, sha256, incomplete: graph.incomplete });
+    if (record && Boolean(record.incomplete) !== graph.incomplete) {
+      await this.store.update((tx) => {
+        const current = tx.get<GraphRecord>('document-graphs', kb);
+        if (current) tx.put('document-graphs', kb, { ...current, incomplete: graph.incomplete });
+      });
+    }
   }
 
   private fileOf(kb: string): string {

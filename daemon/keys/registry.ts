@@ -344,6 +344,22 @@ export class KeyRegistry {
   }
 
   /**
+   * Whether an Authorization header that failed may name a key made on another replica since this one's copy was
+   * last brought up to date: its id is well formed and unknown here (store: postgres only). `refresh` then catches up.
+   */
+  mayBeNew(header: string | undefined): boolean {
+    if (!this.store.shared || !header) return false;
+    const secret = /^Bearer +(\S+) *$/i.exec(header)?.[1];
+    const id = secret ? keyIdOf(secret) : null;
+    return id !== null && this.keys.get(id) === undefined;
+  }
+
+  /** Brings this replica's copy of the keys up to date with PostgreSQL (nothing to do on lmdb). */
+  refresh(): Promise<void> {
+    return this.store.refresh();
+  }
+
+  /**
    * A number that moves with every change to any key, by any process (a revocation, a rotation, new limits). With
    * PostgreSQL it throws SharedStateUnavailable while this replica's copy is not known to be current: every
    * authentication reads it first, so none runs on a copy that may miss a revocation.

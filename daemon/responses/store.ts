@@ -3,7 +3,7 @@
 // model saw and said after scrubbing: no raw personal data reaches the disk. Each belongs to the project that made it
 // (another project's is as if absent) and is deleted once `ttlMs` has passed since it was made.
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import { findFresh, type Store } from '../store/index.js';
 
 /** An input or output item as the API lists it: `id` and `type` always, the rest as OpenAI shapes that type. */
 export interface StoredItem {
@@ -49,7 +49,7 @@ export class ResponseStore {
   private readonly timer: NodeJS.Timeout;
 
   constructor(
-    store: Store,
+    private readonly store: Store,
     private readonly ttlMs: number,
     private readonly now: () => number = Date.now,
   ) {
@@ -62,11 +62,19 @@ export class ResponseStore {
   /** Keeps `response` and its input items for the project; resolves once on disk. */
   async save(project: string, response: ResponseObject, input: StoredItem[]): Promise<void> {
     const expiresAt = this.now() + this.ttlMs;
-    await this.responses.transaction(() => {
-      void this.responses.put(response.id, { project, expiresAt, response, input: input.map((i) => i.id) });
-      for (const item of [...input, ...response.output]) void this.items.put(item.id, { project, response: response.id, item });
-      void this.expiry.put([expiresAt, response.id], true);
+    await this.store.update((tx) => {
+      tx.put('responses', response.id, { project, expiresAt, response, input: input.map((i) => i.id) });
+      for (const item of [...input, ...response.output]) tx.put('response-items', item.id, { project, response: response.id, item });
+      tx.put('responses-expiry', [expiresAt, response.id], true);
     });
+  }
+
+  /**
+   * `find` on this replica's copy, and on a miss once more after catching up (store: postgres), so a response stored
+   * through another replica a moment ago is found here.
+   */
+  fresh<T>(find: (responses: this) => T): Promise<T> {
+    return findFresh(this.store, () => find(this));
   }
 
   /** The project's response by id; null when there is none (or it is another project's, or expired). */
@@ -126,7 +134,7 @@ export class ResponseStore {
       const [, id] = key;
       const record = this.responses.get(id);
       if (record) await this.remove(id, record);
-      else await this.expiry.remove(key);
+      else await this.store.update((tx) => tx.remove('responses-expiry', key));
       removed++;
     }
     return removed;
@@ -143,12 +151,12 @@ export class ResponseStore {
   }
 
   private async remove(id: string, record: ResponseRecord): Promise<void> {
-    await this.responses.transaction(() => {
-      void this.responses.remove(id);
+    await this.store.update((tx) => {
+      tx.remove('responses', id);
       for (const itemId of [...record.input, ...record.response.output.map((o) => o.id)]) {
-        if (this.items.get(itemId)?.response === id) void this.items.remove(itemId);
+        if (tx.get<ItemRecord>('response-items', itemId)?.response === id) tx.remove('response-items', itemId);
       }
-      void this.expiry.remove([record.expiresAt, id]);
+      tx.remove('responses-expiry', [record.expiresAt, id]);
     });
   }
 }

@@ -25,7 +25,28 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'usage',
   'usage-daily',
   'key-last-used',
+  'documents',
+  'document-chunks',
+  'documents-by-kb',
+  'documents-meta',
+  'document-vectors',
+  'document-graphs',
+  'responses',
+  'response-items',
+  'responses-expiry',
 ]);
+/** Named databases of raw bytes (values are Buffers as they are, not msgpack). */
+const BINARY_SPACES: ReadonlySet<string> = new Set(['document-vectors']);
+
+/** A shared record another process changed (a replica, the CLI), once this replica's copy holds the change. */
+export interface SharedChange {
+  space: string;
+  key: Key;
+  /** The record now; undefined once removed. */
+  value: unknown;
+  /** The record before, as this copy held it. */
+  previous: unknown;
+}
 const WRITES = new Set([
   'put',
   'putSync',
@@ -73,6 +94,16 @@ export interface Store {
   update<T>(fn: (tx: Tx) => T, local?: (result: T) => void): Promise<T>;
   /** The link to PostgreSQL when the shared state lives there; null when this lmdb is the whole state. */
   readonly shared: PostgresState | null;
+  /**
+   * Calls `listener` with the changes of `space` that other processes made, once they are in this copy: with
+   * PostgreSQL, other replicas' changes, so in-memory indexes (documents) follow them. On lmdb nothing calls it.
+   */
+  onChange(space: string, listener: (changes: SharedChange[]) => void): void;
+  /**
+   * Brings this copy up to date with PostgreSQL: for a lookup that missed a record another replica may have made a
+   * moment ago. Calls made meanwhile share one catch-up. Nothing to do on lmdb.
+   */
+  refresh(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -99,11 +130,12 @@ export function openStore(dataDir: string): Store {
   const raw = (name: string): Database<unknown, Key> => {
     let db = opened.get(name);
     if (!db) {
-      db = root.openDB<unknown, string>({ name, compression: false });
+      db = root.openDB<unknown, string>({ name, compression: false, ...(BINARY_SPACES.has(name) ? { encoding: 'binary' as const } : {}) });
       opened.set(name, db);
     }
     return db;
   };
+  const listeners = new Map<string, Array<(changes: SharedChange[]) => void>>();
   // With PostgreSQL, a module writing a shared space straight into lmdb would change this replica's copy alone.
   const guarded = new Map<string, Database<unknown, Key>>();
   const readOnly = (name: string): Database<unknown, Key> => {
@@ -146,12 +178,17 @@ export function openStore(dataDir: string): Store {
       }
     },
     bytes(name: string): Database<Buffer, number> {
+      if (BINARY_SPACES.has(name)) return store.db<Buffer, number>(name);
       let db = opened.get(name);
       if (!db) {
         db = root.openDB<Buffer, number>({ name, compression: false, encoding: 'binary' });
         opened.set(name, db);
       }
       return db as unknown as Database<Buffer, number>;
+    },
+    refresh: () => store.shared?.refresh() ?? Promise.resolve(),
+    onChange(space, listener) {
+      listeners.set(space, [...(listeners.get(space) ?? []), listener]);
     },
     async flushed() {
       await root.flushed;
@@ -166,14 +203,22 @@ export function openStore(dataDir: string): Store {
     get: (space, key) => raw(space).get(key),
     range: (space, options) => raw(space).getRange(options),
     apply(rows, seq) {
+      const changed = new Map<string, SharedChange[]>();
       root.transactionSync(() => {
         for (const row of rows) {
-          if (row.value === undefined) raw(row.space).removeSync(row.key);
-          else raw(row.space).putSync(row.key, row.value);
+          const db = raw(row.space);
+          if (row.theirs && listeners.has(row.space)) {
+            let list = changed.get(row.space);
+            if (!list) changed.set(row.space, (list = []));
+            list.push({ space: row.space, key: row.key, value: row.value, previous: db.get(row.key) });
+          }
+          if (row.value === undefined) db.removeSync(row.key);
+          else db.putSync(row.key, row.value);
         }
         const replication = raw('replication');
         if (seq > ((replication.get('applied') as number | undefined) ?? 0)) replication.putSync('applied', seq);
       });
+      for (const [space, changes] of changed) for (const listener of listeners.get(space)!) listener(changes);
     },
     applied: () => (raw('replication').get('applied') as number | undefined) ?? 0,
     clear() {
@@ -188,6 +233,17 @@ export function openStore(dataDir: string): Store {
 }
 
 const localCopies = new WeakMap<Store, LocalCopy>();
+
+/**
+ * `find` on this copy, and on a miss (null or undefined) once more after catching up with PostgreSQL: what another
+ * replica made a moment ago (a stored response, a document) is found through any replica. On lmdb, `find` once.
+ */
+export async function findFresh<T>(store: Store, find: () => T): Promise<T> {
+  const found = find();
+  if ((found !== null && found !== undefined) || !store.shared) return found;
+  await store.refresh();
+  return find();
+}
 
 /**
  * With `store: "postgres"`, links `store` to PostgreSQL, its copy brought up to date first (nothing to do on lmdb).

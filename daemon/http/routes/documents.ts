@@ -214,12 +214,13 @@ export function registerDocumentRoutes(v1: FastifyInstance, deps: DocumentRouteD
   );
 
   v1.get<{ Params: { id: string } }>('/documents/:id', { config: { declaration: authenticated } }, async (request) => {
-    const record = library.get(request.call.principal!.projectId, request.params.id);
+    const record = await library.fresh((l) => l.get(request.call.principal!.projectId, request.params.id));
     if (!record) throw new ApiError('not_found', `No document '${request.params.id}' in this key's project.`, { param: 'id' });
     return documentObject(record);
   });
 
   v1.delete<{ Params: { id: string } }>('/documents/:id', { config: { declaration: authenticated } }, async (request) => {
+    await library.fresh((l) => l.get(request.call.principal!.projectId, request.params.id));
     const removed = await library.remove(request.call.principal!.projectId, request.params.id);
     if (!removed) throw new ApiError('not_found', `No document '${request.params.id}' in this key's project.`, { param: 'id' });
     return { id: request.params.id, object: 'document.deleted', deleted: true };

@@ -75,6 +75,7 @@ export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRout
   });
   v1.delete<{ Params: { id: string } }>('/responses/:id', read, async (request) => {
     const id = request.params.id;
+    await deps.responses.fresh((r) => r.get(projectOf(request), id));
     if (!(await deps.responses.delete(projectOf(request), id))) throw notStored(id);
     return { id, object: 'response', deleted: true };
   });
@@ -97,7 +98,7 @@ export function registerResponsesRoutes(v1: FastifyInstance, deps: ResponsesRout
       config: { declaration: { auth: true } },
     },
     async (request) => {
-      const items = deps.responses.inputItems(projectOf(request), request.params.id);
+      const items = await deps.responses.fresh((r) => r.inputItems(projectOf(request), request.params.id));
       if (!items) throw notStored(request.params.id);
       return listPage(items, request.query);
     },
@@ -116,8 +117,8 @@ function notStored(id: string): ApiError {
   );
 }
 
-function stored(deps: ResponsesRouteDeps, request: FastifyRequest, id: string): ResponseObject {
-  const response = deps.responses.get(projectOf(request), id);
+async function stored(deps: ResponsesRouteDeps, request: FastifyRequest, id: string): Promise<ResponseObject> {
+  const response = await deps.responses.fresh((r) => r.get(projectOf(request), id));
   if (!response) throw notStored(id);
   return response;
 }
@@ -156,7 +157,8 @@ async function respond(
   const project = projectOf(request);
   let context: StoredItem[] = [];
   if (body.previous_response_id) {
-    const previous = deps.responses.conversation(project, body.previous_response_id);
+    const previousId = body.previous_response_id;
+    const previous = await deps.responses.fresh((r) => r.conversation(project, previousId));
     if (!previous) {
       throw new ApiError(
         'invalid_request_error',

@@ -37,20 +37,29 @@ export function authenticateStage(deps: { keys: KeyRegistry; gate: InFlightGate;
     run(request) {
       if (request.routeOptions.config.declaration?.auth === false) return;
       const place = request.call.place!;
-      let principal: Principal;
-      try {
-        principal = principalOf(request, deps);
-      } catch (err) {
-        // A refused call gives its place back at once, not when its answer has been read: calls without a valid key
-        // hold no place while their answers wait behind others on a connection nobody reads.
+      const admitAs = (principal: Principal) => {
+        request.call.principal = principal;
+        const full = place.share(principal.keyId, principal.projectId, principal.accountId);
+        if (full) {
+          place.release();
+          throw shareFull(full, principal, deps.gate);
+        }
+      };
+      // A refused call gives its place back at once, not when its answer has been read: calls without a valid key
+      // hold no place while their answers wait behind others on a connection nobody reads.
+      const refuse = (err: unknown): never => {
         place.release();
         throw err;
-      }
-      request.call.principal = principal;
-      const full = place.share(principal.keyId, principal.projectId, principal.accountId);
-      if (full) {
-        place.release();
-        throw shareFull(full, principal, deps.gate);
+      };
+      try {
+        admitAs(principalOf(request, deps));
+      } catch (err) {
+        // A key another replica made a moment ago may not be in this one's copy yet: it is looked for once more
+        // after catching up with PostgreSQL (store: postgres).
+        if (!(err instanceof ApiError) || err.code !== 'invalid_api_key' || !deps.keys.mayBeNew(request.headers.authorization)) {
+          return refuse(err);
+        }
+        return deps.keys.refresh().then(() => admitAs(principalOf(request, deps)), refuse);
       }
     },
   };

@@ -15,13 +15,15 @@ export const MIGRATIONS: readonly Migration[] = [
     description: 'shared state: one row per record, numbered by the commit that wrote it',
     sql: `
       -- Every record of the shared state: its named database (space), its key (JSON of the lmdb key), its value
-      -- (msgpack; NULL once removed, kept so that replicas catching up learn of the removal) and the number of the
-      -- change that last wrote it. Replicas copy the rows whose seq is above what they hold.
+      -- (msgpack; NULL once removed, kept so that replicas catching up learn of the removal), the number of the
+      -- change that last wrote it, and the process that made that change (a replica tells its own changes from
+      -- others', which its in-memory indexes must learn of). Replicas copy the rows whose seq is above what they hold.
       CREATE TABLE state (
         space text NOT NULL,
         key text NOT NULL,
         value bytea,
         seq bigint NOT NULL,
+        writer text NOT NULL,
         PRIMARY KEY (space, key)
       );
       CREATE INDEX state_by_seq ON state (seq);

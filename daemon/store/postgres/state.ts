@@ -6,7 +6,9 @@
 // The copy is trusted only while it is known to be recent: a replica that has not confirmed it holds every change
 // within `STALE_MS` (PostgreSQL down, the network cut) refuses to authenticate, so a key revoked anywhere stops
 // working everywhere within that bound, even through an outage.
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import type { Key } from 'lmdb';
 import { pack, unpack } from 'msgpackr';
 import pg from 'pg';
@@ -34,8 +36,11 @@ export interface PostgresOptions {
 export interface LocalCopy {
   get(space: string, key: Key): unknown;
   range(space: string, options: RangeOptions): Iterable<{ key: Key; value: unknown }>;
-  /** Writes rows (value undefined: removed) and the change number they bring the copy to, atomically. */
-  apply(rows: { space: string; key: Key; value: unknown }[], seq: number): void;
+  /**
+   * Writes rows (value undefined: removed) and the change number they bring the copy to, atomically; then tells the
+   * store's listeners of the rows another process wrote (`theirs`).
+   */
+  apply(rows: { space: string; key: Key; value: unknown; theirs: boolean }[], seq: number): void;
   /** The change number the copy holds (every process sharing the lmdb moves it forward only). */
   applied(): number;
   /** Empties every shared space (before a full copy). */
@@ -119,6 +124,8 @@ export class PostgresState {
   private closed = false;
   /** Whether this process enforces the staleness bound (a serving replica) or only commits (the CLI). */
   private watching = false;
+  /** This process, as the rows it writes name it. */
+  private readonly writer = `${hostname()}/${process.pid}/${randomBytes(6).toString('hex')}`;
 
   private constructor(
     private readonly options: PostgresOptions,
@@ -273,10 +280,10 @@ export class PostgresState {
         return pack(value);
       });
       await client.query(
-        `INSERT INTO state (space, key, value, seq)
-         SELECT space, key, value, $4 + n FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
-         ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq`,
-        [writes.map((w) => w.space), writes.map((w) => JSON.stringify(w.key)), values, head],
+        `INSERT INTO state (space, key, value, seq, writer)
+         SELECT space, key, value, $4 + n, $5 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
+         ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq, writer = EXCLUDED.writer`,
+        [writes.map((w) => w.space), writes.map((w) => JSON.stringify(w.key)), values, head, this.writer],
       );
       const next = head + writes.length;
       await client.query('UPDATE state_head SET seq = $1', [next]);
@@ -293,13 +300,34 @@ export class PostgresState {
     }
   }
 
+  /**
+   * A catch-up that starts after this call: joined by every call made before it starts, so a flood of lookups that
+   * miss (unknown keys) costs PostgreSQL one query at a time.
+   */
+  refresh(): Promise<void> {
+    if (!this.nextRefresh) {
+      const run: Promise<void> = this.catchUp(() => {
+        if (this.nextRefresh === run) this.nextRefresh = null;
+      }).catch((err: unknown) => {
+        if (!unavailable(err)) throw err;
+        this.noteFailure(err);
+        throw new SharedStateUnavailable(describe(err), { cause: err });
+      });
+      this.nextRefresh = run;
+    }
+    return this.nextRefresh;
+  }
+
+  private nextRefresh: Promise<void> | null = null;
+
   /** Copies every change above what the copy holds; one at a time, in order. */
-  catchUp(): Promise<void> {
+  catchUp(onStart?: () => void): Promise<void> {
     const run = this.catching.then(async () => {
+      onStart?.();
       for (;;) {
         const from = this.local.applied();
-        const { rows } = await this.pool.query<{ space: string; key: string; value: Buffer | null; seq: string }>(
-          'SELECT space, key, value, seq FROM state WHERE seq > $1 ORDER BY seq LIMIT $2',
+        const { rows } = await this.pool.query<{ space: string; key: string; value: Buffer | null; seq: string; writer: string }>(
+          'SELECT space, key, value, seq, writer FROM state WHERE seq > $1 ORDER BY seq LIMIT $2',
           [from, PAGE],
         );
         if (rows.length === 0) return;
@@ -309,6 +337,7 @@ export class PostgresState {
             space: row.space,
             key: JSON.parse(row.key) as Key,
             value: row.value ? (unpack(row.value) as unknown) : undefined,
+            theirs: row.writer !== this.writer,
           })),
           Number(rows[rows.length - 1]!.seq),
         );
