@@ -150,6 +150,54 @@ function billed(keyId: string): number {
     .reduce((sum, row) => sum + row.requests, 0);
 }
 
+t.test('a document uploaded through one replica is found through the others within two seconds', async (t) => {
+  const call = (base: string, method: string, path: string, body?: unknown) =>
+    request(`${base}${path}`, {
+      method,
+      headers: { ...auth(key.secret), ...(body ? { 'content-type': 'application/json' } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+      ca: tls.ca,
+    });
+  const query = { knowledge_base: 'circulars', query: 'قرار تمديد ساعات عمل الفروع في رمضان', top_k: 3 };
+  // Built first on B and C, so what follows is an update of their live indexes, not a build from their copies.
+  for (const name of ['b', 'c'] as const) t.equal((await call(replicas[name].baseURL, 'POST', '/documents/query', query)).status, 404);
+  const made = await call(replicas.a.baseURL, 'POST', '/documents', {
+    knowledge_base: 'circulars',
+    filename: 'ramadan-hours.md',
+    content: 'تعميم: قرار تمديد ساعات عمل الفروع في رمضان حتى العاشرة مساءً. Branch hours are extended in Ramadan until 10 pm.',
+  });
+  t.equal(made.status, 201, made.text);
+  const uploaded = performance.now();
+  const id = made.json.id as string;
+  t.equal((await call(replicas.b.baseURL, 'GET', `/documents/${id}`)).status, 200, 'B knows the document as soon as A answered');
+  for (const name of ['b', 'c'] as const) {
+    let hits: Array<{ document_id: string }> = [];
+    for (let i = 0; i < 100 && !hits.some((h) => h.document_id === id); i++) {
+      const r = await call(replicas[name].baseURL, 'POST', '/documents/query', query);
+      hits = r.status === 200 ? (r.json.citations as typeof hits) : [];
+      if (!hits.length) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const ms = performance.now() - uploaded;
+    t.ok(
+      hits.some((h) => h.document_id === id),
+      `replica ${name} finds it (${ms.toFixed(0)} ms after the upload)`,
+    );
+    t.ok(ms < 2000, 'within two seconds');
+  }
+
+  t.equal((await call(replicas.c.baseURL, 'DELETE', `/documents/${id}`)).status, 200, 'deleted through C');
+  let gone = false;
+  for (let i = 0; i < 100 && !gone; i++) {
+    const r = await call(replicas.a.baseURL, 'POST', '/documents/query', query);
+    // The knowledge base is empty now: 404 once A knows.
+    gone =
+      r.status === 404 || (r.status === 200 && !(r.json.citations as Array<{ document_id: string }>).some((h) => h.document_id === id));
+    if (!gone) await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.ok(gone, 'A no longer cites it');
+  t.equal((await call(replicas.b.baseURL, 'GET', `/documents/${id}`)).status, 404);
+});
+
 t.test('with PostgreSQL down, replicas refuse calls with 503 and say why, and serve again once it is back', async (t) => {
   const lb = await startHaproxy(
     t,
@@ -191,7 +239,12 @@ t.test('with PostgreSQL down, replicas refuse calls with 503 and say why, and se
     back = await models(replicas.a.baseURL);
   }
   t.equal(back.status, 200, 'calls are answered again once PostgreSQL is');
-  t.equal((await request(`${replicas.c.origin}/readyz`, { ca: tls.ca })).status, 200);
+  let readyAgain = await request(`${replicas.c.origin}/readyz`, { ca: tls.ca });
+  for (const until = Date.now() + 5000; readyAgain.status !== 200 && Date.now() < until;) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    readyAgain = await request(`${replicas.c.origin}/readyz`, { ca: tls.ca });
+  }
+  t.equal(readyAgain.status, 200, 'every replica is ready again');
   let viaLb = await models(through);
   for (const until = Date.now() + 10_000; viaLb.status !== 200 && Date.now() < until;) {
     await new Promise((resolve) => setTimeout(resolve, 200));
