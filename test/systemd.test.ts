@@ -39,6 +39,25 @@ t.test('systemd-analyze rates the service OK or better; the units seal it', asyn
   t.match(readFileSync(join(UNITS, 'sovereign.socket'), 'utf8'), /^ListenStream=127\.0\.0\.1:8443$/m, 'device: loopback only');
 });
 
+t.test("a cloud replica's drop-ins open exactly its database, Redis and load balancers, and stay rated OK", async (t) => {
+  const dir = tempDir(t);
+  const service = readFileSync(join(UNITS, 'sovereign.service'), 'utf8');
+  const dropIn = readFileSync(join(UNITS, 'cloud', 'sovereign.service.d', '10-cloud-node.conf'), 'utf8');
+  t.match(dropIn, /^PrivateNetwork=no$/m, 'a replica reaches PostgreSQL and Redis');
+  t.match(dropIn, /^IPAddressDeny=any$/m, 'and nothing it is not allowed');
+  // A drop-in's settings apply after the unit's own: appended to its [Service] section, systemd-analyze rates both.
+  const merged = join(dir, 'sovereign.service');
+  writeFileSync(merged, service.replace('[Install]', `${dropIn.replace(/^\[Service\]$/m, '')}\n[Install]`));
+  for (const unit of [merged, join(UNITS, 'cloud', 'sovereign-db-migrate.service')]) {
+    const r = spawnSync('systemd-analyze', ['security', '--offline=yes', '--no-pager', unit], { encoding: 'utf8' });
+    const level = /Overall exposure level for [\w.-]+: ([\d.]+) (\w+)/.exec(r.stdout);
+    t.ok(level && ['SAFE', 'OK'].includes(level[2]!), `${unit}: exposure ${level?.[1]} ${level?.[2]}\n${r.stderr}`);
+  }
+  const socket = readFileSync(join(UNITS, 'cloud', 'sovereign.socket.d', '10-cloud-node.conf'), 'utf8');
+  t.match(socket, /^ListenStream=$/m, "the device's loopback address is replaced");
+  t.match(socket, /^IPAddressDeny=any$/m, 'and only the load balancers may connect');
+});
+
 /** A port free right now on loopback. */
 async function freePort(): Promise<number> {
   const server = net.createServer();
