@@ -25,6 +25,8 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'usage',
   'usage-daily',
   'key-last-used',
+  // Each replica's newest audit checkpoint, by its log's origin (daemon/audit/anchors.ts); the logs stay per replica.
+  'audit-anchors',
 ]);
 const WRITES = new Set([
   'put',
