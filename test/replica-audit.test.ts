@@ -12,7 +12,8 @@ import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { noteText, signedNote, SoftwareSigner } from '../daemon/audit/index.js';
+import { noteText, originOf, signedNote, SoftwareSigner } from '../daemon/audit/index.js';
+import { loadConfig } from '../daemon/config/index.js';
 import { cli, ROOT, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { startPostgres } from './helpers/postgres.js';
@@ -95,6 +96,15 @@ t.before(async () => {
   key.secret = made.json.secret;
   replicas.a = await startDaemon(root, ['--config', configs.a]);
   replicas.b = await startDaemon(root, ['--config', configs.b]);
+});
+
+t.test('the default origin names the region, and in a cluster the host as well', async (t) => {
+  const { config } = loadConfig({}, { HOME: dir, SOVEREIGN_REGION: 'sa-jeddah-2' });
+  t.equal(originOf(config, 'node-7'), 'sovereign/sa-jeddah-2', 'one machine: its region');
+  const cluster = { ...config, store: 'postgres' as const };
+  t.equal(originOf(cluster, 'node-7.riyadh'), 'sovereign/sa-jeddah-2/node-7.riyadh');
+  t.equal(originOf(cluster, 'عقدة 7'), 'sovereign/sa-jeddah-2/-----7', 'an origin is printable ASCII without spaces');
+  t.equal(originOf({ ...cluster, audit: { ...config.audit, origin: 'acme/node-a' } }, 'node-7'), 'acme/node-a', 'audit.origin wins');
 });
 
 t.test('each replica keeps its own log, under an origin that names it and signed by its own key', async (t) => {
