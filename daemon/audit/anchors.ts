@@ -110,7 +110,12 @@ export class AnchorPublisher {
   publish(checkpoint: Checkpoint): Promise<void> {
     this.waiting = checkpoint;
     clearTimeout(this.retry);
-    this.running = this.running.then(() => this.publishWaiting());
+    this.running = this.running
+      .then(() => this.publishWaiting())
+      .catch((err: unknown) => {
+        // publishWaiting catches what publishing throws; anything else must not stop every later publication.
+        this.problem = `audit checkpoints cannot be published: ${(err as Error).message}`;
+      });
     return this.running;
   }
 
