@@ -29,13 +29,18 @@ t.test('a call the audit log cannot record gets 503 audit_unavailable, never its
   const ok = await call(baseURL, secret, false);
   t.equal(ok.status, 200, 'recorded while the log works');
   t.match(ok.headers.get('x-audit-leaf'), /^\d+$/);
+  t.equal(ok.headers.get('x-audit-log'), audit.originName, 'and names the log it is in');
   t.match(await ok.text(), ANSWER);
+  const streamed = await call(baseURL, secret, true);
+  t.equal(streamed.headers.get('x-audit-log'), audit.originName, "a stream's headers name its log too");
+  t.match(await streamed.text(), /: x-audit-leaf \d+\n\n/);
 
   await audit.log.close();
   const refused = await call(baseURL, secret, false);
   t.equal(refused.status, 503);
   t.equal(refused.headers.get('retry-after'), '5');
   t.equal(refused.headers.get('x-audit-leaf'), null, 'no leaf to name');
+  t.equal(refused.headers.get('x-audit-log'), null, 'nor a log');
   t.match(refused.headers.get('x-request-id'), /^req_/);
   const body = await refused.text();
   t.notMatch(body, ANSWER, 'the result is withheld');

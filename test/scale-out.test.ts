@@ -34,6 +34,9 @@ const configFor = (name: string) => {
       dataDir: join(dir, name),
       store: 'postgres',
       postgres,
+      // Each replica keeps its own audit log, and two logs never share an origin: the default names the host, which
+      // these replicas share.
+      audit: { origin: `sovereign/sa-riyadh-1/${name}` },
     }),
   );
   return file;

@@ -21,6 +21,18 @@
 //   node verify-anchors.mjs --key public-key.pem --anchors anchors.json [--state FILE] [--require-tpm] [--ak FILE]
 //   node verify-anchors.mjs --key public-key.pem --receipt receipt.json [--require-tpm] [--ak FILE]
 //
+// A cluster (store: "postgres") keeps one log per replica, each under its own origin and signed by its own key, and
+// each replica publishes its newest checkpoint to the others (an export's logs.json, the endpoint's `logs`). Given
+// every replica's key and several exports or anchors files (or --cluster), it checks each log on its own as above,
+// then that each key signs one log only, that no two checkpoints of one origin disagree (a fork: the same size with
+// another root, or a checkpoint that is not the tree of that log's exported entries), and that no log went silent
+// (its newest checkpoint older than the newest of the set by more than two of its heartbeats). It reports every
+// problem, not only the first; exit 1 on a failure or a fork, 3 when all verifies but a log is silent (0 with
+// --silent-ok), 2 on wrong usage:
+//
+//   node verify-anchors.mjs --key a.pem --key b.pem --export DIR_A --export DIR_B [--anchors FILE ...] [--require-tpm]
+//     [--silent-after MS] [--silent-ok]
+//
 // The same file also runs in a web browser (the dashboard verifies the log in the page with this very code):
 //
 //   import { verify, Failure } from './verify-anchors.mjs';
@@ -339,7 +351,7 @@ async function checkNote(checkpoint, trusted, origin) {
     throw new Failure(`checkpoint ${checkpoint.seq}: root does not match its signed text`);
   const signer = extensions.find((l) => l.startsWith('signer '))?.slice(7) ?? 'unknown';
   const time = extensions.find((l) => l.startsWith('time '))?.slice(5) ?? null;
-  let verified = false;
+  let verified = null;
   for (const line of note
     .slice(split + 2)
     .split('\n')
@@ -352,11 +364,11 @@ async function checkNote(checkpoint, trusted, origin) {
     if (!(await verifySignature(utf8(text), key, blob.subarray(4)))) {
       throw new Failure(`checkpoint ${checkpoint.seq}: the signature does not verify with the public key ${toHex(blob.subarray(0, 4))}`);
     }
-    verified = true;
+    verified = toHex(blob.subarray(0, 4));
   }
   if (!verified)
     throw new Failure(`checkpoint ${checkpoint.seq}: no signature by a trusted key (trusted: ${[...trusted.keys()].join(', ')})`);
-  return { seq: checkpoint.seq, size, root, signer, time };
+  return { seq: checkpoint.seq, size, root, signer, time, keyId: verified };
 }
 
 /** A big-endian unsigned integer; past the end it throws the error Node's Buffer threw, so messages stay the same. */
@@ -434,7 +446,7 @@ function unendedStreams(entries) {
  * naming the first thing that is wrong. `entries` (with an export) are the entries' bytes, one Uint8Array each.
  * @param {{ keyPem?: string, keyPems?: string[], anchors?: any, entries?: Uint8Array[], receipt?: any, state?: any,
  *   requireTpm?: boolean, akPem?: string }} input
- * @returns {Promise<{ lines: string[], latest: any }>}
+ * @returns {Promise<{ lines: string[], latest: any, origin?: string, checked?: any[], leaves?: Uint8Array[] | null }>}
  */
 export async function verify({ keyPem, keyPems, anchors, entries, receipt, state, requireTpm, akPem }) {
   const out = [];
@@ -523,12 +535,14 @@ export async function verify({ keyPem, keyPems, anchors, entries, receipt, state
     out.push(`${list.length} TPM quotes ok: each checkpoint bound to the TPM's clock, which never goes back without a reset`);
   }
 
+  // Hashed once: the roots of every checkpoint, a state file's, and a cluster's other checkpoints are all made of them.
+  const leaves = entries ? entries.map(leafHash) : null;
   if (entries) {
     const last = checked.at(-1);
     if (entries.length < last.size)
       throw new Failure(`the export has ${entries.length} entries, but checkpoint ${last.seq} covers ${last.size}: entries are missing`);
     const roots = rootsAt(
-      entries.map(leafHash),
+      leaves,
       checked.map((c) => c.size),
     );
     for (const c of checked) {
@@ -561,7 +575,7 @@ export async function verify({ keyPem, keyPems, anchors, entries, receipt, state
     const linked = same
       ? equal(same.root, trustedRoot)
       : entries
-        ? equal(rootsAt(entries.map(leafHash), [state.size]).get(state.size), trustedRoot)
+        ? equal(rootsAt(leaves, [state.size]).get(state.size), trustedRoot)
         : null;
     if (linked === null)
       throw new Failure(
@@ -582,7 +596,185 @@ export async function verify({ keyPem, keyPems, anchors, entries, receipt, state
       size: latest.size,
       root: toBase64(latest.root),
     },
+    // For a cluster's checks (verifyCluster): the log's name, its checkpoints as checked, and its entries' leaf hashes.
+    origin,
+    checked,
+    leaves,
   };
+}
+
+/** A log's silence bound from its published record (daemon/audit/anchors.ts, silentAfterMs): two missed heartbeats. */
+const silentAfter = (log) => 2 * (log.heartbeat_ms + log.checkpoint_ms);
+/** For a log no published record gives a bound for: the daemon's defaults (heartbeat 5 min, checkpoints every 1 s). */
+export const DEFAULT_SILENT_AFTER_MS = silentAfter({ heartbeat_ms: 300_000, checkpoint_ms: 1_000 });
+const seconds = (ms) => `${(ms / 1000).toFixed(1)} s`;
+/** Lines that report rather than pass a check (printed without "ok: "). */
+const isReport = (line) => line.startsWith('NOT VERIFIED') || line.startsWith(CUT_OFF);
+
+/**
+ * Verifies a cluster's logs (store: "postgres": one log per replica, each under its own origin and key). Each source
+ * is an export (anchors and entries) or the JSON of GET /v1/audit/anchors, and may carry every replica's newest
+ * checkpoint as it was published (`logs`: an export's logs.json, the endpoint's `logs`). Each log is verified on its
+ * own, as `verify` does; then across the set:
+ *   - each key signs one log only (a key that signs two origins lets one replica speak for another),
+ *   - no two checkpoints of one origin disagree: the same size with another root, or a checkpoint that is not the tree
+ *     of that log's exported entries; either is a fork (the replica showed different logs to different readers),
+ *   - no log is silent: its newest checkpoint is older than the newest of the whole set by more than its bound (two
+ *     heartbeats of its own, as its published record says; or `silentAfterMs`).
+ * It does not stop at the first problem: it resolves to the lines to print and every failure, fork and silent log.
+ * @param {{ keyPems: string[], sources: Array<{ name: string, anchors: any, entries?: Uint8Array[], logs?: any[] }>,
+ *   requireTpm?: boolean, silentAfterMs?: number }} input
+ * @returns {Promise<{ lines: string[], failures: string[], forks: string[], silent: string[], notChecked: string[] }>}
+ */
+export async function verifyCluster({ keyPems, sources, requireTpm, silentAfterMs }) {
+  const trusted = new Map();
+  for (const pem of keyPems) {
+    const { key, id } = await importKey(pem);
+    trusted.set(id, key);
+  }
+  const lines = [];
+  const failures = [];
+  const forks = [];
+  const silent = [];
+  const notChecked = [];
+  // origin → every checkpoint of it found (each signed note once), the leaf hashes of its longest export, the
+  // sources that hold its own anchors, and the silence bounds its published records give.
+  const logs = new Map();
+  const logOf = (origin) => {
+    if (!logs.has(origin)) logs.set(origin, { checkpoints: new Map(), leaves: null, leavesFrom: null, own: [], bounds: [] });
+    return logs.get(origin);
+  };
+  const add = (log, c, note, where) => {
+    if (!log.checkpoints.has(note)) log.checkpoints.set(note, { ...c, where });
+  };
+
+  for (const source of sources) {
+    const { name, anchors } = source;
+    if (Array.isArray(anchors?.checkpoints)) {
+      const title = `log ${anchors.origin} (${name})`;
+      try {
+        const result = await verify({ keyPems, anchors, entries: source.entries, requireTpm });
+        lines.push(`${title}:`, ...result.lines.map((line) => (isReport(line) ? line : `ok: ${line}`)));
+        const log = logOf(result.origin);
+        log.own.push(name);
+        for (const c of anchors.checkpoints) {
+          const checked = result.checked.find((k) => k.seq === c.seq);
+          if (checked) add(log, checked, c.note, name);
+        }
+        if (result.leaves && (!log.leaves || result.leaves.length > log.leaves.length)) {
+          log.leaves = result.leaves;
+          log.leavesFrom = name;
+        }
+      } catch (err) {
+        if (!(err instanceof Failure)) throw err;
+        failures.push(`${title}: ${err.message}`);
+      }
+    }
+    const published = [...(Array.isArray(anchors?.logs) ? anchors.logs : []), ...(source.logs ?? [])];
+    for (const record of published) {
+      const origin = record?.origin;
+      const where = `as published, in ${name}`;
+      try {
+        if (typeof origin !== 'string' || !origin || typeof record.checkpoint?.note !== 'string')
+          throw new Failure('a published log names no origin or has no checkpoint');
+        const c = await checkNote(record.checkpoint, trusted, origin);
+        if (requireTpm && c.signer !== 'tpm') throw new Failure(`checkpoint ${c.seq} was signed by a ${c.signer} key, not the TPM`);
+        const log = logOf(origin);
+        add(log, c, record.checkpoint.note, where);
+        if (Number.isSafeInteger(record.heartbeat_ms) && Number.isSafeInteger(record.checkpoint_ms)) log.bounds.push(silentAfter(record));
+      } catch (err) {
+        if (!(err instanceof Failure)) throw err;
+        failures.push(`log ${origin ?? '(no origin)'} (${where}): ${err.message}`);
+      }
+    }
+  }
+  lines.push(`cluster: ${logs.size} log${logs.size === 1 ? '' : 's'}: ${[...logs.keys()].join(', ')}`);
+
+  // One key, one log.
+  const originsByKey = new Map();
+  for (const [origin, log] of logs) {
+    for (const c of log.checkpoints.values()) originsByKey.set(c.keyId, (originsByKey.get(c.keyId) ?? new Set()).add(origin));
+  }
+  for (const [keyId, origins] of originsByKey) {
+    if (origins.size > 1) {
+      failures.push(
+        `key ${keyId} signs the checkpoints of ${origins.size} logs (${[...origins].join(', ')}): each replica must sign its own log with a key of its own`,
+      );
+    }
+  }
+  if ([...originsByKey.values()].every((o) => o.size === 1)) lines.push(`ok: each of the ${originsByKey.size} keys signs one log`);
+
+  // No two checkpoints of one origin disagree.
+  let newestOfAll = -Infinity;
+  for (const [origin, log] of logs) {
+    const all = [...log.checkpoints.values()];
+    const forksBefore = forks.length;
+    const bySize = new Map();
+    for (const c of all) {
+      const seen = bySize.get(c.size);
+      if (!seen) bySize.set(c.size, c);
+      else if (!equal(seen.root, c.root)) {
+        forks.push(
+          `log ${origin}: two signed checkpoints of size ${c.size} with different roots (checkpoint ${seen.seq}, ${seen.where}; checkpoint ${c.seq}, ${c.where}): the log forked`,
+        );
+      }
+    }
+    let matched = 0;
+    if (log.leaves) {
+      const within = all.filter((c) => c.size <= log.leaves.length);
+      const roots = rootsAt(
+        log.leaves,
+        within.map((c) => c.size),
+      );
+      for (const c of within) {
+        if (equal(roots.get(c.size), c.root)) matched++;
+        else {
+          forks.push(
+            `log ${origin}: checkpoint ${c.seq} (size ${c.size}, ${c.where}) is not the tree of the log's entries (${log.leavesFrom}): the log forked`,
+          );
+        }
+      }
+      for (const c of all.filter((c) => c.size > log.leaves.length)) {
+        notChecked.push(
+          `log ${origin}: checkpoint ${c.seq} (size ${c.size}, ${c.where}) is newer than its export (${log.leaves.length} entries, ${log.leavesFrom}); export the log again to check it`,
+        );
+      }
+    } else {
+      const ownSizes = new Set(all.filter((c) => log.own.includes(c.where)).map((c) => c.size));
+      for (const c of all) {
+        if (ownSizes.has(c.size)) matched++;
+        else {
+          notChecked.push(
+            `log ${origin}: checkpoint ${c.seq} (size ${c.size}, ${c.where}) was compared with nothing: no export of this log has its entries, and none of its anchors has its size`,
+          );
+        }
+      }
+    }
+    if (!log.own.length)
+      notChecked.push(`log ${origin}: no export or anchors of this log were given; only its published checkpoints' signatures are checked`);
+    if (forks.length === forksBefore && matched > 0) {
+      lines.push(
+        `ok: log ${origin}: ${matched} checkpoint${matched === 1 ? '' : 's'} from ${new Set(all.map((c) => c.where)).size} source(s) agree${log.leaves ? ' with its entries' : ''}`,
+      );
+    }
+    log.newest = Math.max(...all.map((c) => Date.parse(c.time ?? '')).filter(Number.isFinite));
+    if (log.newest > newestOfAll) newestOfAll = log.newest;
+  }
+
+  // No log silent.
+  for (const [origin, log] of logs) {
+    if (!Number.isFinite(log.newest)) continue;
+    const bound = silentAfterMs ?? (log.bounds.length ? Math.max(...log.bounds) : DEFAULT_SILENT_AFTER_MS);
+    const gap = newestOfAll - log.newest;
+    if (gap > bound) {
+      silent.push(
+        `log ${origin}: its newest checkpoint (signed ${new Date(log.newest).toISOString()}) is ${seconds(gap)} older than the newest in the set, more than its bound of ${seconds(bound)}: the replica went silent (stopped, cut off, or no longer publishing)`,
+      );
+    }
+  }
+  if (!silent.length && logs.size)
+    lines.push(`ok: no log is silent (newest checkpoint of the set signed ${new Date(newestOfAll).toISOString()})`);
+  return { lines, failures, forks, silent, notChecked };
 }
 
 /** The command line (Node only: its modules are imported here, so a browser importing this file never loads them). */
@@ -600,19 +792,25 @@ async function main() {
             .replace(/\n$/, '')
             .split('\n')
             .map((l) => encoder.encode(l));
-    return { anchors, entries };
+    // A cluster's export also holds every replica's newest checkpoint as published (logs.json).
+    const logsFile = join(dir, 'logs.json');
+    const logs = existsSync(logsFile) ? JSON.parse(readFileSync(logsFile, 'utf8')).logs : undefined;
+    return { anchors, entries, logs: Array.isArray(logs) ? logs : undefined };
   };
   let args;
   try {
     args = parseArgs({
       options: {
         key: { type: 'string', multiple: true },
-        export: { type: 'string' },
-        anchors: { type: 'string' },
+        export: { type: 'string', multiple: true },
+        anchors: { type: 'string', multiple: true },
         receipt: { type: 'string' },
         state: { type: 'string' },
         'require-tpm': { type: 'boolean' },
         ak: { type: 'string' },
+        cluster: { type: 'boolean' },
+        'silent-after': { type: 'string' },
+        'silent-ok': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     }).values;
@@ -620,25 +818,44 @@ async function main() {
     process.stderr.write(`${err.message}\n`);
     return 2;
   }
-  const sources = ['export', 'anchors', 'receipt'].filter((s) => args[s]);
-  if (args.help || !args.key || sources.length !== 1) {
+  const exports = args.export ?? [];
+  const anchorFiles = args.anchors ?? [];
+  const count = exports.length + anchorFiles.length + (args.receipt ? 1 : 0);
+  const cluster = args.cluster === true || count > 1;
+  const silentAfter = args['silent-after'];
+  const usage =
+    args.help ||
+    !args.key ||
+    count === 0 ||
+    (!cluster && count !== 1) ||
+    (cluster && (args.receipt || args.state || args.ak)) ||
+    (silentAfter !== undefined && !/^[1-9][0-9]{0,12}$/.test(silentAfter));
+  if (usage) {
     process.stdout.write(
-      'Usage: node verify-anchors.mjs --key PUBLIC.pem (--export DIR | --anchors FILE.json | --receipt FILE.json) [--state FILE] [--require-tpm] [--ak ATTESTATION.pem]\n',
+      'Usage: node verify-anchors.mjs --key PUBLIC.pem (--export DIR | --anchors FILE.json | --receipt FILE.json) [--state FILE] [--require-tpm] [--ak ATTESTATION.pem]\n' +
+        '       node verify-anchors.mjs --key A.pem --key B.pem ... --export DIR_A --export DIR_B ... [--anchors FILE.json ...] [--cluster] [--require-tpm] [--silent-after MS] [--silent-ok]\n' +
+        '       (a cluster: every log checked with its own key; exit 1 on a failure or a fork, 3 when a log went silent)\n',
     );
     return args.help ? 0 : 2;
   }
+  if (cluster) return await mainCluster(args, { readFileSync, readExport });
   try {
     const keyPems = args.key.map((file) => readFileSync(file, 'utf8'));
-    const input = args.export
-      ? readExport(args.export)
-      : args.anchors
-        ? { anchors: JSON.parse(readFileSync(args.anchors, 'utf8')) }
+    const input = exports.length
+      ? readExport(exports[0])
+      : anchorFiles.length
+        ? { anchors: JSON.parse(readFileSync(anchorFiles[0], 'utf8')) }
         : { receipt: JSON.parse(readFileSync(args.receipt, 'utf8')) };
+    const others = input.logs ?? input.anchors?.logs;
+    delete input.logs;
     const state = args.state && existsSync(args.state) ? JSON.parse(readFileSync(args.state, 'utf8')) : undefined;
     const akPem = args.ak ? readFileSync(args.ak, 'utf8') : undefined;
     const { lines, latest } = await verify({ keyPems, ...input, state, requireTpm: args['require-tpm'] === true, akPem });
-    for (const line of lines) {
-      process.stdout.write(line.startsWith('NOT VERIFIED') || line.startsWith(CUT_OFF) ? `${line}\n` : `ok: ${line}\n`);
+    for (const line of lines) process.stdout.write(isReport(line) ? `${line}\n` : `ok: ${line}\n`);
+    if (Array.isArray(others) && others.length) {
+      process.stdout.write(
+        `NOT VERIFIED: the ${others.length} replicas' published checkpoints beside this log; check the cluster with --cluster and every replica's key and export\n`,
+      );
     }
     if (args.state && latest) {
       writeFileSync(`${args.state}.tmp`, `${JSON.stringify(latest, null, 2)}\n`);
@@ -646,6 +863,43 @@ async function main() {
       process.stdout.write(`trusted now: checkpoint ${latest.seq} (size ${latest.size}), recorded in ${args.state}\n`);
     }
     process.stdout.write('VERIFIED\n');
+    return 0;
+  } catch (err) {
+    process.stdout.write(`FAILED: ${err instanceof Failure ? err.message : `could not verify: ${err.message}`}\n`);
+    return 1;
+  }
+}
+
+/** A cluster's logs, from several exports and anchors files: exit 0 verified, 1 a failure or a fork, 3 a log silent. */
+async function mainCluster(args, { readFileSync, readExport }) {
+  try {
+    const keyPems = args.key.map((file) => readFileSync(file, 'utf8'));
+    const sources = [
+      ...(args.export ?? []).map((dir) => ({ name: `export ${dir}`, ...readExport(dir) })),
+      ...(args.anchors ?? []).map((file) => ({ name: `anchors ${file}`, anchors: JSON.parse(readFileSync(file, 'utf8')) })),
+    ];
+    const silentAfterMs = args['silent-after'] === undefined ? undefined : Number(args['silent-after']);
+    const result = await verifyCluster({ keyPems, sources, requireTpm: args['require-tpm'] === true, silentAfterMs });
+    const out = (line) => process.stdout.write(`${line}\n`);
+    result.lines.forEach(out);
+    for (const line of result.notChecked) out(`NOT CHECKED: ${line}`);
+    for (const line of result.silent) out(`SILENT: ${line}`);
+    for (const line of result.forks) out(`FORK: ${line}`);
+    for (const line of result.failures) out(`FAILED: ${line}`);
+    const { failures, forks, silent } = result;
+    if (failures.length || forks.length) {
+      const counts = [
+        failures.length ? `${failures.length} failure${failures.length === 1 ? '' : 's'}` : '',
+        forks.length ? `${forks.length} fork${forks.length === 1 ? '' : 's'}` : '',
+      ];
+      out(`FAILED: ${counts.filter(Boolean).join(', ')}`);
+      return 1;
+    }
+    if (silent.length) {
+      out(`VERIFIED, but ${silent.length} log${silent.length === 1 ? '' : 's'} silent`);
+      return args['silent-ok'] ? 0 : 3;
+    }
+    out('VERIFIED');
     return 0;
   } catch (err) {
     process.stdout.write(`FAILED: ${err instanceof Failure ? err.message : `could not verify: ${err.message}`}\n`);

@@ -59,6 +59,8 @@ export interface CheckpointerOptions {
   /** Longest time without a checkpoint when the log does not grow. */
   heartbeatMs: number;
   log: Logger;
+  /** Told of each checkpoint once it is stored (a cluster's replicas publish it: anchors.ts). */
+  onSigned?: (checkpoint: Checkpoint) => void;
 }
 
 /** Signs checkpoints off the request path: every interval while the log grows, a heartbeat, and one at shutdown. */
@@ -182,6 +184,7 @@ export class Checkpointer {
       await this.db.put(checkpoint.seq, checkpoint);
       this.latestCheckpoint = checkpoint;
       this.lastError = null;
+      this.options.onSigned?.(checkpoint);
     } catch (err) {
       this.lastError = (err as Error).message;
       this.options.log.error({ err: this.lastError }, 'signing an audit checkpoint failed; retrying at the next interval');

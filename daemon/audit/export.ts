@@ -1,10 +1,12 @@
 // `sovereign audit export`: everything an operator needs to check the log on another machine: every entry
 // (entries.jsonl, line N is leaf N, canonical JSON), every checkpoint with its consistency proof from the one before
-// (anchors.json, the same shape as GET /v1/audit/anchors), and the public key (public-key.pem).
+// (anchors.json, the same shape as GET /v1/audit/anchors), and the public key (public-key.pem). In a cluster, also
+// every replica's log as this one last heard it published (logs.json, the `logs` of GET /v1/audit/anchors).
 import { mkdirSync, renameSync, writeFileSync, createWriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import type { Store } from '../store/index.js';
+import type { ListedLog } from './anchors.js';
 import { originOfNote, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
 
@@ -13,6 +15,8 @@ export interface ExportSummary {
   entries: number;
   checkpoints: number;
   keyId: string | null;
+  /** The replicas' logs written to logs.json (a cluster's export), or null when there is none. */
+  logs: number | null;
 }
 
 export async function exportAudit(
@@ -20,6 +24,11 @@ export async function exportAudit(
   dir: string,
   origin: string,
   progress: (done: number, total: number) => void = () => {},
+  /**
+   * Every replica's published log, read before this log is (so this log's own published checkpoint is one its
+   * entries cover); written to logs.json. Undefined without a cluster.
+   */
+  logs?: ListedLog[],
 ): Promise<ExportSummary> {
   mkdirSync(dir, { recursive: true });
   const log = AuditLog.open(store);
@@ -42,7 +51,11 @@ export async function exportAudit(
   if (publicKey) writeFileSync(join(dir, 'public-key.pem'), publicKey);
   for (const [id, pem] of Object.entries(allKeys)) if (id !== last?.key_id) writeFileSync(join(dir, `public-key-${id}.pem`), pem);
   if (attestationKey) writeFileSync(join(dir, 'attestation-key.pem'), attestationKey);
-  return { dir, entries: size, checkpoints: anchors.checkpoints.length, keyId: last?.key_id ?? null };
+  if (logs) {
+    const file = { object: 'audit.logs', exported_at: new Date().toISOString(), logs };
+    writeFileSync(join(dir, 'logs.json'), `${JSON.stringify(file, null, 2)}\n`);
+  }
+  return { dir, entries: size, checkpoints: anchors.checkpoints.length, keyId: last?.key_id ?? null, logs: logs?.length ?? null };
 }
 
 /**

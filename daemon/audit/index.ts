@@ -2,17 +2,20 @@
 // leaves), checkpoints signed by the TPM (or, when configured, a software key) off the request path, and the proofs
 // an operator needs to check both from another machine.
 import { existsSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { Config } from '../config/index.js';
 import type { RedactionCounts } from '../scrub/index.js';
 import type { Store } from '../store/index.js';
+import { ANCHORS_SPACE, AnchorPublisher, originConflict, publishedLogs, type ListedLog, type PublishedLog } from './anchors.js';
 import { ENTRY_KINDS, entryJson, type EntryFields, type EntryKind } from './entries.js';
 import { Checkpointer, signedOrigin, type Checkpoint } from './checkpoint.js';
 import { AuditLog } from './log.js';
 import { SoftwareSigner, TpmSigner, type Signer, type TpmOptions } from './signer.js';
 import { isoTime } from './time.js';
 
+export { ANCHORS_SPACE, silentAfterMs, type ListedLog, type PublishedLog } from './anchors.js';
 export { canonicalJson, type Canonical } from './canonical.js';
 export { ENTRY_KINDS, entryJson, isEntryKind, type EntryFields, type EntryKind } from './entries.js';
 export { noteText, signedNote, type Checkpoint } from './checkpoint.js';
@@ -46,8 +49,13 @@ export interface AuditHealth {
   entries: number;
   signer: 'tpm' | 'software' | null;
   latest_checkpoint: { seq: number; size: number; time: string } | null;
-  /** Why checkpoints are not being signed, if they are not. */
+  /** Why checkpoints are not being signed, if they are not (or, in a cluster, why this log may not publish them). */
   problem: string | null;
+  /**
+   * With `store: "postgres"`: when this replica last published a checkpoint to the shared database (null before its
+   * first since start), and why the last try failed, if it did (it is tried again; the log goes on meanwhile).
+   */
+  anchors?: { published_at: string | null; problem: string | null };
 }
 
 /** Redaction counts in canonical JSON: their keys in sorted order (a new type needs its place here). */
@@ -93,9 +101,16 @@ export function tpmOptions(config: Config): TpmOptions {
   return { tcti, keyHandle, primaryHandle, attestationKeyHandle, endorsementPrimaryHandle };
 }
 
-/** The origin a new log is given: audit.origin, or one named after the region. */
-export function originOf(config: Config): string {
-  return config.audit.origin ?? `sovereign/${config.region}`;
+/**
+ * The origin a new log is given: audit.origin, or one named after the region; with `store: "postgres"` (replicas, each
+ * with a log of its own) after the region and this machine's host name, since two logs must never share an origin.
+ */
+export function originOf(config: Config, host = hostname()): string {
+  if (config.audit.origin !== undefined) return config.audit.origin;
+  if (config.store !== 'postgres') return `sovereign/${config.region}`;
+  // An origin is one line of printable ASCII without spaces (audit.origin's pattern).
+  const name = host.replace(/[^\x21-\x7e]/g, '-') || 'replica';
+  return `sovereign/${config.region}/${name}`;
 }
 
 /**
@@ -137,6 +152,8 @@ export class AuditService {
     private readonly origin: string,
     private readonly signerProblem: string | null,
     logger: Logger,
+    /** With `store: "postgres"`: what publishes this log's checkpoints, and the store every replica's are read from. */
+    private readonly cluster: { publisher: AnchorPublisher; store: Store } | null,
   ) {
     // A full disk stops the log (every call gets 503); once it takes writes again, so does the log.
     this.recovery = setInterval(() => {
@@ -169,19 +186,37 @@ export class AuditService {
       if (config.posture !== 'device') throw new Error(problem);
       log.warn(problem);
     }
-    const origin = logOrigin(config, signedOrigin(store));
+    const signedUnder = signedOrigin(store);
+    const origin = logOrigin(config, signedUnder);
+    // A cluster's replicas publish their checkpoints, each under its own origin: one taken by another log is refused.
+    let publisher: AnchorPublisher | null = null;
+    if (store.shared && signer) {
+      const conflict = originConflict(store, signer, store.db<PublishedLog>(ANCHORS_SPACE).get(origin), signedUnder !== null);
+      if (conflict) {
+        await auditLog.close();
+        throw new Error(conflict);
+      }
+      publisher = new AnchorPublisher(store, signer, {
+        origin,
+        heartbeatMs: config.audit.heartbeatMs,
+        checkpointMs: config.audit.checkpointMs,
+        log,
+      });
+    }
     const checkpoints = signer
       ? new Checkpointer(store, auditLog, signer, {
           origin,
           intervalMs: config.audit.checkpointMs,
           heartbeatMs: config.audit.heartbeatMs,
           log,
+          ...(publisher ? { onSigned: (checkpoint: Checkpoint) => void publisher.publish(checkpoint) } : {}),
         })
       : null;
     if (signer?.kind === 'software') log.warn('audit checkpoints are signed by a software key (audit.signer is software), not the TPM');
     const previousKeyId = checkpoints?.latest()?.key_id ?? null;
     checkpoints?.start();
-    const service = new AuditService(auditLog, checkpoints, config.region, origin, problem, log);
+    const cluster = publisher ? { publisher, store } : null;
+    const service = new AuditService(auditLog, checkpoints, config.region, origin, problem, log, cluster);
     service.createdKey = createsKey && signer !== null;
     service.previousKeyId = previousKeyId;
     return service;
@@ -202,13 +237,23 @@ export class AuditService {
     return this.origin;
   }
 
+  /**
+   * Every replica's log as it last published it (this one's included), marked silent when it has published nothing
+   * for longer than its heartbeat promises (anchors.ts); null without a cluster (`store: "lmdb"`).
+   */
+  logs(now = Date.now()): ListedLog[] | null {
+    return this.cluster ? publishedLogs(this.cluster.store, now) : null;
+  }
+
   health(): AuditHealth {
     const latest = this.checkpoints?.latest();
+    const publisher = this.cluster?.publisher;
     return {
       entries: this.log.size,
       signer: this.checkpoints?.signer.kind ?? null,
       latest_checkpoint: latest ? { seq: latest.seq, size: latest.size, time: latest.time } : null,
-      problem: this.log.problem ?? this.signerProblem ?? this.checkpoints?.lastError ?? null,
+      problem: this.log.problem ?? this.signerProblem ?? this.checkpoints?.lastError ?? publisher?.conflict ?? null,
+      ...(publisher ? { anchors: { published_at: publisher.publishedAt, problem: publisher.problem } } : {}),
     };
   }
 
@@ -218,6 +263,8 @@ export class AuditService {
     // The last checkpoint covers every acknowledged call: wait until lmdb has them all readable.
     await this.log.settled().catch(() => {});
     await this.checkpoints?.stop();
+    // The last checkpoint's publication, before the store closes.
+    await this.cluster?.publisher.close();
     await this.log.close();
   }
 }

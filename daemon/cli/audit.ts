@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { publishedLogs, type ListedLog } from '../audit/anchors.js';
 import { exportAudit, type ExportSummary } from '../audit/export.js';
 import { provisionTpmKey, spkiFingerprint } from '../audit/provision.js';
 import { keyIdOf, originOf, SoftwareSigner, softwareKeyFile, tpmOptions } from '../audit/index.js';
@@ -11,6 +12,7 @@ import { loadConfig, type Config } from '../config/index.js';
 import { openStore, type Store } from '../store/index.js';
 import { COMMON_HELP, CONFIG_OPTIONS, configFlags, parse, UsageError, type Parsed } from './args.js';
 import { printJson } from './output.js';
+import { openConfiguredStore } from './store.js';
 
 export const AUDIT_HELP = `Usage: sovereign audit <command> [options]
 
@@ -18,7 +20,9 @@ Commands:
   init-tpm [--replace]      create the TPM's primary key and a non-exportable P-256 signing key, persistent at
                             audit.primaryHandle and audit.keyHandle (TCTI: audit.tcti), and write the public key to
                             <dataDir>/audit-public-key.pem; --replace evicts keys already at those handles
-  export --out DIR          write entries.jsonl, anchors.json and public-key.pem for tools/verify-anchors.mjs
+  export --out DIR          write entries.jsonl, anchors.json and public-key.pem for tools/verify-anchors.mjs;
+                            with store postgres also logs.json, every replica's newest published checkpoint
+                            (verify-anchors checks a cluster given every replica's export)
   verify [--key FILE ...] [--ak FILE] [--state FILE] [--require-tpm]
                             export to a temporary directory and check it as tools/verify-anchors.mjs does
                             (signatures, consistency proofs, every entry, TPM quotes); the keys trusted are --key
@@ -95,22 +99,49 @@ async function initTpmCommand({ values, json, config, say }: AuditCall): Promise
   return 0;
 }
 
-/** Exports the log from `store` into `dir`, telling the progress of a long one. */
-function exportWithProgress(store: Store, dir: string, { config, say }: AuditCall): Promise<ExportSummary> {
-  return exportAudit(store, dir, originOf(config), (done, total) => {
-    if (total > 50_000) say(`  ${done}/${total} entries`);
-  });
+/** Exports the log from `store` into `dir` (with `logs`, a cluster's, into logs.json), telling the progress of a long one. */
+function exportWithProgress(store: Store, dir: string, { config, say }: AuditCall, logs?: ListedLog[]): Promise<ExportSummary> {
+  return exportAudit(
+    store,
+    dir,
+    originOf(config),
+    (done, total) => {
+      if (total > 50_000) say(`  ${done}/${total} entries`);
+    },
+    logs,
+  );
+}
+
+/**
+ * The store an export reads: with `store: "postgres"`, brought up to date from PostgreSQL first, so that logs.json has
+ * every replica's newest checkpoint; if PostgreSQL does not answer, this replica's copy as it stands (said on stderr:
+ * this machine's own log, which is all in its lmdb, is exported whole either way).
+ */
+async function exportStore(config: Config): Promise<Store> {
+  if (config.store !== 'postgres') return openStore(config.dataDir);
+  try {
+    return await openConfiguredStore(config);
+  } catch (err) {
+    process.stderr.write(
+      `warning: ${(err as Error).message}; logs.json holds the replicas' checkpoints as this replica's copy last had them\n`,
+    );
+    return openStore(config.dataDir);
+  }
 }
 
 async function exportCommand(call: AuditCall): Promise<number> {
   const { values, json, config, say } = call;
   if (typeof values.out !== 'string') throw new UsageError('audit export needs --out DIR');
-  const store = openStore(config.dataDir);
+  const store = await exportStore(config);
   const dir = resolve(values.out);
   try {
-    const summary = await exportWithProgress(store, dir, call);
+    const logs = config.store === 'postgres' ? publishedLogs(store) : undefined;
+    const summary = await exportWithProgress(store, dir, call, logs);
     if (json) printJson(summary);
-    else say(`exported ${summary.entries} entries and ${summary.checkpoints} checkpoints to ${dir}`);
+    else {
+      const others = summary.logs === null ? '' : `, and the newest checkpoints of ${summary.logs} replicas' logs`;
+      say(`exported ${summary.entries} entries and ${summary.checkpoints} checkpoints${others} to ${dir}`);
+    }
     return 0;
   } finally {
     await store.close();

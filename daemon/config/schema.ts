@@ -459,7 +459,8 @@ export const configSchema = {
         origin: {
           type: 'string',
           pattern: '^[\\x21-\\x7e]+$',
-          description: 'The checkpoint origin line (no spaces); default sovereign/<region>.',
+          description:
+            'The checkpoint origin line (no spaces); default sovereign/<region>, or with store postgres sovereign/<region>/<host name> (each replica keeps a log of its own, and two logs never share an origin).',
         },
         journalDir: {
           type: 'string',

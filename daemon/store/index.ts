@@ -34,6 +34,8 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'responses',
   'response-items',
   'responses-expiry',
+  // Each replica's newest audit checkpoint, by its log's origin (daemon/audit/anchors.ts); the logs stay per replica.
+  'audit-anchors',
 ]);
 /** Named databases of raw bytes (values are Buffers as they are, not msgpack). */
 const BINARY_SPACES: ReadonlySet<string> = new Set(['document-vectors']);

@@ -1,6 +1,7 @@
 // GET /v1/audit/anchors: the signed checkpoints (newest first, each with its consistency proof from the one signed
-// before it) and the key that signs them; with ?leaf=N, one call's receipt: its entry, the checkpoint that covers
-// it and the inclusion proof. Any key may read checkpoints; an entry only by a key of the project that made the call.
+// before it) and the key that signs them, and in a cluster (`store: "postgres"`) every replica's log as it last
+// published it (`logs`); with ?leaf=N, one call's receipt: its entry, the checkpoint that covers it and the inclusion
+// proof. Any key may read checkpoints; an entry only by a key of the project that made the call.
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../../config/index.js';
 import type { AuditCheckpoint, AuditService } from '../../audit/index.js';
@@ -56,12 +57,14 @@ export function registerAuditRoutes(v1: FastifyInstance, deps: AuditRouteDeps): 
       const before = request.query.before === undefined ? undefined : Number(request.query.before);
       const page = checkpoints?.list(limit + 1, before) ?? [];
       const shown = page.slice(0, limit);
+      const logs = audit.logs();
       return {
         object: 'audit.anchors',
         ...about,
         checkpoints: shown.map((c, i) => withProof(c, page[i + 1] ?? (c.seq > 1 ? checkpoints!.get(c.seq - 1) : undefined))),
         has_more: page.length > limit,
         next_before: page.length > limit ? shown[shown.length - 1]!.seq : null,
+        ...(logs ? { logs } : {}),
       };
     },
   );

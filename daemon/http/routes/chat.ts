@@ -188,7 +188,7 @@ export function registerChatRoute(v1: FastifyInstance, deps: ChatRouteDeps): voi
       const chatRequest = toChatRequest(request.body);
       const { engine, modelId } = chatEngineFor(deps.engines, request);
       // On disk before the engine starts, so before the stream's first byte: a stream cut off leaves its start.
-      if (request.body.stream) await recordStreamStart(deps, request);
+      if (request.body.stream) await recordStreamStart(deps, request, reply);
       const id = `chatcmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
       const onUsage = usageRecorder(request);

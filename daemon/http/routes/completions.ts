@@ -102,7 +102,7 @@ export function registerCompletionsRoute(v1: FastifyInstance, deps: CompletionsR
         );
       }
       const { engine, modelId } = chatEngineFor(deps.engines, request);
-      if (body.stream) await recordStreamStart(deps, request);
+      if (body.stream) await recordStreamStart(deps, request, reply);
       const id = `cmpl-${request.id}`;
       const created = Math.floor(Date.now() / 1000);
       const answer = answering(deps.config, request, { json: false, schema: null, lengthParam: 'max_tokens' });

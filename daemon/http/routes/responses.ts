@@ -176,7 +176,7 @@ async function respond(
     engine.chat(modelId, chatRequest, options).catch((err: unknown) => {
       throw asResponsesError(err);
     });
-  if (body.stream) await recordStreamStart(deps, request);
+  if (body.stream) await recordStreamStart(deps, request, reply);
 
   const format = body.text?.format;
   const answer = answering(deps.config, request, {

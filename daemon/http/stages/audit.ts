@@ -1,12 +1,13 @@
 // Audit, on /v1: every authenticated call's entry is appended to the audit log and on disk before its response
-// leaves; the response says which leaf it is (X-Audit-Leaf). A streamed response gets a start entry on disk before
+// leaves; the response says which leaf it is (X-Audit-Leaf) of which log (X-Audit-Log, the log's origin: in a
+// cluster each replica keeps its own). A streamed response gets a start entry on disk before
 // its first byte, and is recorded when it ends, with the digest of what was sent and its start's leaf, naming its
 // own leaf in a last SSE comment before [DONE]. If the log cannot record, the call is answered 503
 // audit_unavailable: no response goes out unlogged. The one exception is health (an essential route), which is what
 // says why: while the log cannot record, it is answered without an entry.
 import { hash } from 'node:crypto';
 import { Stream } from 'node:stream';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AuditService } from '../../audit/index.js';
 import { ApiError } from '../../errors/index.js';
 import { ScrubSession, StreamScrubber } from '../../scrub/index.js';
@@ -100,7 +101,7 @@ export function recordCall(deps: AuditDeps, request: FastifyRequest, status: num
  * cut off by a crash still leaves its start in the log. If it cannot be written, the stream is refused with 503
  * audit_unavailable (thrown), as a buffered call would be: nothing leaves unlogged.
  */
-export async function recordStreamStart(deps: AuditDeps, request: FastifyRequest): Promise<void> {
+export async function recordStreamStart(deps: AuditDeps, request: FastifyRequest, reply: FastifyReply): Promise<void> {
   const principal = request.call.principal;
   if (!principal || request.call.audited) return;
   try {
@@ -112,6 +113,8 @@ export async function recordStreamStart(deps: AuditDeps, request: FastifyRequest
       model: modelOf(request),
       request_sha256: request.call.requestSha256 ?? sha256Hex(''),
     });
+    // The stream's headers leave with its first byte: they name the log its entries are in.
+    reply.header('x-audit-log', deps.audit.originName);
   } catch (err) {
     request.log.error({ err: (err as Error).message }, 'the audit log could not record the start of a stream');
     throw auditUnavailable(deps.audit.log.stoppedBy);
@@ -142,6 +145,8 @@ function auditUnavailable(stoppedBy: Error | null): ApiError {
 
 export function auditStage(deps: AuditDeps): SendStage {
   const audit = deps.audit;
+  // Fixed for the life of the process: a log keeps its origin.
+  const logName = audit.originName;
   // A callback hook, not an async one: every call passes here, and the recording is the only thing to wait for.
   const run: SendStage['run'] = (request, reply, payload, done) => {
     // Streams are recorded by their route when they end, with what was really sent.
@@ -162,6 +167,7 @@ export function auditStage(deps: AuditDeps): SendStage {
     recording.then(
       (leaf) => {
         reply.header('x-audit-leaf', String(leaf));
+        reply.header('x-audit-log', logName);
         done(null, body);
       },
       (err: Error) => {
