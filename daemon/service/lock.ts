@@ -33,3 +33,14 @@ export function lockDataDir(dataDir: string): () => void {
   }
   throw new Error(`cannot take the lock ${file}`);
 }
+
+/** The pid of the live daemon serving from `dataDir`, or null when none does. */
+export function daemonServing(dataDir: string): number | null {
+  let owner: number;
+  try {
+    owner = Number(readFileSync(join(dataDir, 'daemon.lock'), 'utf8').trim());
+  } catch {
+    return null;
+  }
+  return Number.isInteger(owner) && owner > 0 && owner !== process.pid && alive(owner) ? owner : null;
+}

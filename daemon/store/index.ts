@@ -256,12 +256,18 @@ export async function findFresh<T>(store: Store, find: () => T): Promise<T> {
 export async function connectShared(
   store: Store,
   options: SharedStoreOptions,
-  mode: { serving: boolean; log?: (level: 'info' | 'warn' | 'error', message: string, detail?: object) => void },
+  mode: {
+    serving: boolean;
+    /** The CLI beside a running daemon: the daemon keeps the copy (and its indexes) current; this process only waits for it. */
+    daemonRunning?: boolean;
+    log?: (level: 'info' | 'warn' | 'error', message: string, detail?: object) => void;
+  },
 ): Promise<void> {
   if (options.store !== 'postgres' || !options.postgres) return;
   const shared = await PostgresState.open(options.postgres, localCopies.get(store)!, mode.log ?? (() => {}), {
     rebuild: mode.serving,
     watch: mode.serving,
+    follow: !mode.serving && mode.daemonRunning === true,
   });
   (store as { shared: PostgresState | null }).shared = shared;
 }

@@ -24,9 +24,15 @@ export const MIGRATIONS: readonly Migration[] = [
         value bytea,
         seq bigint NOT NULL,
         writer text NOT NULL,
+        written_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (space, key)
       );
       CREATE INDEX state_by_seq ON state (seq);
+      -- Removed records are kept for a while (TOMBSTONE_HOURS), then purged; the highest change number purged is
+      -- kept, so a copy older than it knows it may hold a removed record and is rebuilt.
+      CREATE INDEX state_tombstones ON state (written_at) WHERE value IS NULL;
+      CREATE TABLE state_purged (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), seq bigint NOT NULL);
+      INSERT INTO state_purged (seq) VALUES (0);
       -- The number of the last change. Every commit locks this one row first, so commits are numbered in the order
       -- they become visible, and a replica that has copied up to N has every change numbered N or less.
       CREATE TABLE state_head (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), seq bigint NOT NULL);

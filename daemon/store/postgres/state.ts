@@ -24,6 +24,12 @@ const PAGE = 2_000;
 /** Times a change is tried again on a newer copy when something it read changed meanwhile. */
 const ATTEMPTS = 20;
 const CHANNEL = 'sovereign_state';
+/** Hours a removed record's row is kept for replicas catching up, before it is purged. */
+const TOMBSTONE_HOURS = 1;
+/** How often a serving replica purges the removed records older than that (every replica may; it is idempotent). */
+const PURGE_MS = 10 * 60_000;
+/** How long the CLI waits for the daemon beside it to copy a change. */
+const FOLLOW_MS = 5_000;
 
 export interface PostgresOptions {
   url: string;
@@ -56,6 +62,15 @@ export class SharedStateUnavailable extends Error {
   ) {
     super(problem, options);
     this.name = 'SharedStateUnavailable';
+  }
+}
+
+/** A serving replica's copy is older than the removals PostgreSQL still keeps: only a restart (a rebuild) helps. */
+class CopyTooOld extends Error {
+  constructor(applied: number, purged: number) {
+    super(
+      `this replica's copy of the shared state stops at change ${applied}, and removals up to ${purged} have been purged (a replica cut off from PostgreSQL for over ${TOMBSTONE_HOURS} h): restart it to rebuild its copy`,
+    );
   }
 }
 
@@ -115,6 +130,7 @@ export class PostgresState {
   private readonly pool: pg.Pool;
   private listener: pg.Client | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
+  private purgeTimer: NodeJS.Timeout | null = null;
   private polling: Promise<void> | null = null;
   private pollAgain = false;
   private catching: Promise<void> = Promise.resolve();
@@ -124,6 +140,11 @@ export class PostgresState {
   private closed = false;
   /** Whether this process enforces the staleness bound (a serving replica) or only commits (the CLI). */
   private watching = false;
+  /**
+   * The CLI on a node whose daemon serves from the same data directory: the daemon keeps the copy, and tells its
+   * indexes of what it copies; this process only waits until the copy holds what it needs (catchUp).
+   */
+  private following = false;
   /** This process, as the rows it writes name it. */
   private readonly writer = `${hostname()}/${process.pid}/${randomBytes(6).toString('hex')}`;
 
@@ -145,9 +166,10 @@ export class PostgresState {
     options: PostgresOptions,
     local: LocalCopy,
     log: PostgresState['log'],
-    mode: { rebuild: boolean; watch: boolean },
+    mode: { rebuild: boolean; watch: boolean; follow?: boolean },
   ): Promise<PostgresState> {
     const state = new PostgresState(options, local, log);
+    state.following = mode.follow === true;
     try {
       const version = await schemaVersion(state.pool).catch((err: unknown) => {
         throw new Error(`cannot reach PostgreSQL at ${options.url}: ${(err as Error).message}`);
@@ -282,7 +304,7 @@ export class PostgresState {
       await client.query(
         `INSERT INTO state (space, key, value, seq, writer)
          SELECT space, key, value, $4 + n, $5 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
-         ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq, writer = EXCLUDED.writer`,
+         ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq, writer = EXCLUDED.writer, written_at = now()`,
         [writes.map((w) => w.space), writes.map((w) => JSON.stringify(w.key)), values, head, this.writer],
       );
       const next = head + writes.length;
@@ -324,6 +346,13 @@ export class PostgresState {
   catchUp(onStart?: () => void): Promise<void> {
     const run = this.catching.then(async () => {
       onStart?.();
+      if (this.following) return this.awaitDaemon();
+      const purged = Number((await this.pool.query<{ seq: string }>('SELECT seq FROM state_purged')).rows[0]!.seq);
+      if (this.local.applied() < purged) {
+        // Removals this copy has not seen may be purged: it cannot be brought up to date, only rebuilt.
+        if (this.watching) throw new CopyTooOld(this.local.applied(), purged);
+        this.local.clear();
+      }
       for (;;) {
         const from = this.local.applied();
         const { rows } = await this.pool.query<{ space: string; key: string; value: Buffer | null; seq: string; writer: string }>(
@@ -348,12 +377,32 @@ export class PostgresState {
     return run;
   }
 
+  /** Waits (at most FOLLOW_MS) until the daemon's copy holds every change PostgreSQL has now. */
+  private async awaitDaemon(): Promise<void> {
+    const { rows } = await this.pool.query<{ seq: string }>('SELECT seq FROM state_head');
+    const head = Number(rows[0]!.seq);
+    for (const until = Date.now() + FOLLOW_MS; this.local.applied() < head;) {
+      if (Date.now() > until) {
+        throw new Error(
+          `the daemon serving from this data directory has not copied the shared state's change ${head} within ${FOLLOW_MS / 1000} s (it holds ${this.local.applied()}): is it connected to PostgreSQL? GET /readyz says`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  }
+
   /** Starts following PostgreSQL: notifications and the poll, and the staleness bound on `assertFresh`. */
   private async watch(): Promise<void> {
     this.watching = true;
     await this.listen().catch((err: unknown) => this.noteFailure(err));
     this.pollTimer = setInterval(() => this.poll(), POLL_MS);
     this.pollTimer.unref();
+    this.purgeTimer = setInterval(() => {
+      this.purge().catch((err: unknown) =>
+        this.log('warn', 'removed records could not be purged; trying again later', { err: (err as Error).message }),
+      );
+    }, PURGE_MS);
+    this.purgeTimer.unref();
   }
 
   private async listen(): Promise<void> {
@@ -398,7 +447,8 @@ export class PostgresState {
           this.failure = null;
         }
       } catch (err) {
-        this.noteFailure(err);
+        if (err instanceof CopyTooOld) this.noteLasting(err.message);
+        else this.noteFailure(err);
       } finally {
         this.polling = null;
         if (this.pollAgain) {
@@ -407,6 +457,22 @@ export class PostgresState {
         }
       }
     })();
+  }
+
+  /** A failure only a restart ends: the replica stays unready (503), and says so once. */
+  private noteLasting(problem: string): void {
+    if (this.failure?.problem === problem) return;
+    this.failure = { problem, since: new Date().toISOString() };
+    this.log('error', problem);
+  }
+
+  /** Purges removed records older than TOMBSTONE_HOURS, noting the highest change number purged. */
+  private async purge(): Promise<void> {
+    await this.pool.query(
+      `WITH gone AS (DELETE FROM state WHERE value IS NULL AND written_at < now() - make_interval(hours => $1) RETURNING seq)
+       UPDATE state_purged SET seq = GREATEST(seq, (SELECT coalesce(max(seq), 0) FROM gone))`,
+      [TOMBSTONE_HOURS],
+    );
   }
 
   private noteFailure(err: unknown): void {
@@ -439,6 +505,7 @@ export class PostgresState {
   async close(): Promise<void> {
     this.closed = true;
     if (this.pollTimer) clearInterval(this.pollTimer);
+    if (this.purgeTimer) clearInterval(this.purgeTimer);
     await this.polling;
     await this.catching;
     const listener = this.listener;
