@@ -3,7 +3,7 @@
 // session has its own CSRF token, which every change must present in a header.
 import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import { findFresh, type Store } from '../store/index.js';
 import { randomId } from '../keys/secrets.js';
 import { hashPassword, passwordProblem, verifyPassword } from './passwords.js';
 import type { Role, UserView } from './view.js';
@@ -169,7 +169,18 @@ export class Accounts {
     return { token, session };
   }
 
-  /** The live session a cookie's token names, with its account. */
+  /**
+   * The live session a cookie's token names, with its account. With PostgreSQL it throws SharedStateUnavailable while
+   * this replica's copy is not known to be current (a session ended elsewhere must not go on here), and a token this
+   * copy does not know is looked for again after catching up (a sign-in through another replica a moment ago).
+   */
+  async freshSession(token: string | undefined, now = Date.now()): Promise<{ session: SessionRecord; user: UserRecord } | null> {
+    if (!token || token.length > 128) return null;
+    this.store.shared?.assertFresh();
+    return findFresh(this.store, () => this.session(token, now));
+  }
+
+  /** The live session a cookie's token names, with its account, as this replica's copy holds it. */
   session(token: string | undefined, now = Date.now()): { session: SessionRecord; user: UserRecord } | null {
     if (!token || token.length > 128) return null;
     const session = this.sessions.get(tokenHash(token));

@@ -41,7 +41,7 @@ export function identifyCaller({ deps, secure, cookies: names }: DashboardContex
     }
     const cookies = parseCookies(request.headers.cookie);
     const token = cookies.get(names.session);
-    const found = deps.accounts.session(token);
+    const found = await deps.accounts.freshSession(token);
     request.dashboard = found && token ? { token, ...found } : null;
     if (request.method === 'GET' || request.method === 'HEAD') return;
     const presented = request.headers['x-csrf-token'];
