@@ -9,7 +9,10 @@
 //      signed every second) routing the model to that upstream;
 //   4. portkey: the Portkey gateway from npm (@portkey-ai/gateway), plain HTTP, routing to the same upstream;
 //   5. haproxy, only when asked for (`--targets`): HAProxy, a proxy hop written in C, over HTTPS to the same
-//      upstream (servers.ts): what this machine lets a hop add at all.
+//      upstream (servers.ts): what this machine lets a hop add at all;
+//   6. cloud-postgres, only when asked for: the daemon of `sovereign`, configured the same, but with `store:
+//      "postgres"` against a PostgreSQL 15 the bench starts on loopback (postgres.ts): what the shared store costs a
+//      call next to lmdb, with PostgreSQL's own CPU time during its windows.
 // Each is measured buffered and streamed, at fixed rates (open loop, see load.ts) and at saturation (autocannon).
 // Everything runs in a private network namespace with loopback only (unshare --net), so no process here can reach
 // anything but the others.
@@ -21,6 +24,7 @@ import { Agent, request } from 'undici';
 import { appendResult } from '../results.js';
 import { addedP99Goal, keptUp, median, roundRatio } from './goals.js';
 import { paced, pooled, saturate, type LoadResult, type Target } from './load.js';
+import { postgresCpuTicks, startBenchPostgres } from './postgres.js';
 import { pipelineProfileReport, profileClock, type ProfileWindow } from './profile.js';
 import {
   bareProxyArgs,
@@ -36,6 +40,7 @@ import {
   spawnServer,
   startEchoUpstream,
   startHaproxy,
+  stopServer,
   measuringDone,
   waitFor as waitUntilReady,
   workDir,
@@ -74,7 +79,7 @@ if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a
 const warmup = positive('warmup', values.warmup);
 const connections = Math.ceil(positive('connections', values.connections));
 const targetNames = values.targets.split(',');
-const KNOWN_TARGETS = ['upstream', 'bare', 'sovereign', 'portkey', 'haproxy'];
+const KNOWN_TARGETS = ['upstream', 'bare', 'sovereign', 'portkey', 'haproxy', 'cloud-postgres'];
 for (const name of targetNames)
   if (!KNOWN_TARGETS.includes(name)) throw new Error(`unknown target '${name}': use ${KNOWN_TARGETS.join(', ')}`);
 if (values.profile && !(targetNames.includes('sovereign') && targetNames.includes('bare')))
@@ -111,8 +116,15 @@ const ready: Array<Promise<unknown>> = [];
 const profileDir = values.profile ? resolve(values.profile) : null;
 const profileFlags = (name: string) => (profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, name)}`] : []);
 
-let sovereignBase = '';
-let auth: Record<string, string> = {};
+/** The daemons measured (sovereign, cloud-postgres): each one's base URL, key and config file. */
+const DAEMONS = new Map<string, { base: string; auth: Record<string, string>; configFile: string }>();
+const daemonTarget = (name: string) => (stream: boolean) => ({
+  name,
+  url: `${DAEMONS.get(name)!.base}/chat/completions`,
+  headers: DAEMONS.get(name)!.auth,
+  body: chatBody('bench-chat', stream),
+  ca,
+});
 if (wanted('sovereign')) {
   const port = await freePort();
   const { configFile, secret } = sovereignSetup({ dir: work, port, upstreamBase, certFile, keyFile, journalDir });
@@ -126,15 +138,27 @@ if (wanted('sovereign')) {
         configFile,
       ])
     : spawnServer('sovereign', BIN, ['serve', '--config', configFile]);
-  sovereignBase = `https://127.0.0.1:${port}/v1`;
-  auth = { authorization: `Bearer ${secret}` };
-  TARGETS.sovereign = (stream) => ({
-    name: 'sovereign',
-    url: `${sovereignBase}/chat/completions`,
-    headers: auth,
-    body: chatBody('bench-chat', stream),
-    ca,
+  DAEMONS.set('sovereign', { base: `https://127.0.0.1:${port}/v1`, auth: { authorization: `Bearer ${secret}` }, configFile });
+  TARGETS.sovereign = daemonTarget('sovereign');
+}
+// The same daemon, configured the same, with its shared state in PostgreSQL: authentication reads this replica's
+// copy in its lmdb, which follows PostgreSQL (notifications and a poll every 200 ms); usage is added there every 5 s.
+const postgres = wanted('cloud-postgres') ? await startBenchPostgres() : null;
+if (postgres) {
+  const port = await freePort();
+  const { configFile, secret } = sovereignSetup({
+    dir: work,
+    port,
+    upstreamBase,
+    certFile,
+    keyFile,
+    journalDir,
+    name: 'cloud-postgres',
+    postgres: { url: postgres.url, passwordFile: postgres.passwordFile },
   });
+  SERVERS['cloud-postgres'] = spawnServer('cloud-postgres', BIN, ['serve', '--config', configFile]);
+  DAEMONS.set('cloud-postgres', { base: `https://127.0.0.1:${port}/v1`, auth: { authorization: `Bearer ${secret}` }, configFile });
+  TARGETS['cloud-postgres'] = daemonTarget('cloud-postgres');
 }
 if (wanted('portkey')) {
   const port = await freePort();
@@ -183,12 +207,18 @@ if (wanted('haproxy')) {
   });
 }
 await Promise.all([waitFor(`${upstreamBase}/models`), ...ready]);
-const entriesBefore = wanted('sovereign')
-  ? ((await waitFor(`${sovereignBase}/health`, auth, benchModelReady)) as { audit: { entries: number } }).audit.entries
-  : 0;
+/** Each daemon's audit entries before the first call. */
+const entriesBefore = new Map<string, number>();
+for (const [name, daemon] of DAEMONS) {
+  const health = (await waitFor(`${daemon.base}/health`, daemon.auth, benchModelReady)) as { audit: { entries: number } };
+  entriesBefore.set(name, health.audit.entries);
+}
 
-/** A load result with the target process's CPU time (user and system, every thread): in all, and per answered call, in ms. */
-type Result = LoadResult & { cpuMs: number; cpuPerCall: number };
+/**
+ * A load result with the target process's CPU time (user and system, every thread): in all, and per answered call, in
+ * ms; and, when the bench runs PostgreSQL, that of PostgreSQL's processes in the same window.
+ */
+type Result = LoadResult & { cpuMs: number; cpuPerCall: number; pgCpuMs: number; pgCpuPerCall: number };
 interface Measured {
   /** Each fixed rate's windows, one per round, pooled. */
   rates: Map<number, Result>;
@@ -198,6 +228,8 @@ interface Measured {
   saturation: Result;
   /** Requests/s in each saturation round, in order. */
   rounds: number[];
+  /** Each saturation round's result, in order. */
+  saturations: Result[];
 }
 
 const TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
@@ -211,18 +243,26 @@ function cpuTicks(pid: number): number {
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return Number(fields[11]) + Number(fields[12]);
 }
+/** PostgreSQL's CPU seconds so far, every process of it (postgres.ts); NaN without it. */
+function postgresCpuSeconds(): number {
+  const pid = postgres?.pid();
+  return pid ? postgresCpuTicks(pid) / TICKS_PER_SECOND : NaN;
+}
 async function measure(name: string, run: () => Promise<LoadResult>): Promise<Result> {
   const pid = SERVERS[name].pid!;
   const before = cpuSeconds(pid);
+  const pgBefore = postgresCpuSeconds();
   const result = await run();
   const cpuMs = (cpuSeconds(pid) - before) * 1000;
-  return { ...result, cpuMs, cpuPerCall: cpuMs / Math.max(1, result.ok) };
+  const pgCpuMs = (postgresCpuSeconds() - pgBefore) * 1000;
+  return { ...result, cpuMs, cpuPerCall: cpuMs / Math.max(1, result.ok), pgCpuMs, pgCpuPerCall: pgCpuMs / Math.max(1, result.ok) };
 }
 /** Fixed-rate windows of one target at one rate as one result: every request counts. */
 function pooledResult(windows: Result[]): Result {
   const cpuMs = windows.reduce((n, w) => n + w.cpuMs, 0);
+  const pgCpuMs = windows.reduce((n, w) => n + w.pgCpuMs, 0);
   const all = pooled(windows);
-  return { ...all, cpuMs, cpuPerCall: cpuMs / Math.max(1, all.ok) };
+  return { ...all, cpuMs, cpuPerCall: cpuMs / Math.max(1, all.ok), pgCpuMs, pgCpuPerCall: pgCpuMs / Math.max(1, all.ok) };
 }
 /**
  * Waits (at most 15 s) until a target's process has used under a tenth of a core for 100 ms: a target that fell
@@ -243,9 +283,10 @@ async function quiet(name: string): Promise<void> {
 const results = new Map<string, Map<string, Measured>>();
 /** The saturation windows of the first mode run (buffered by default), for --profile's report. */
 const profileWindows: { sovereign: ProfileWindow[]; bare: ProfileWindow[] } = { sovereign: [], bare: [] };
-let sovereignAnswered = 0;
+/** Calls each daemon answered 200, warm-ups included: each must be in its audit log (and cloud-postgres's billed). */
+const answered = new Map<string, number>();
 const countCalls = (name: string, r: LoadResult) => {
-  if (name === 'sovereign') sovereignAnswered += r.ok;
+  if (DAEMONS.has(name)) answered.set(name, (answered.get(name) ?? 0) + r.ok);
   return r;
 };
 
@@ -330,16 +371,33 @@ for (const mode of modes) {
       rateRounds: windows,
       saturation: median(all, (r) => r.rps),
       rounds: all.map((r) => r.rps),
+      saturations: all,
     });
   }
 }
+
+/** The share of one core PostgreSQL's processes used over some windows (CPU time over wall time). */
+function coreShare(windows: Result[]): number {
+  return windows.reduce((n, w) => n + w.pgCpuMs, 0) / (1000 * windows.reduce((n, w) => n + w.seconds, 0));
+}
+/** Every window measured of a target: its fixed-rate windows and its saturation rounds. */
+const windowsOf = (m: Measured) => [...[...m.rateRounds.values()].flat(), ...m.saturations];
 
 /** One mode's figures as the report prints them, for the run's record: each target's rows, and the ratios. */
 function modeFigures(byTarget: Map<string, Measured>) {
   const floor = byTarget.get('upstream');
   const added = (name: string, r: Result, base: Result | undefined) =>
     base && name !== 'upstream' ? { addedP50: r.p50 - base.p50, addedP99: r.p99 - base.p99 } : {};
-  const row = (r: Result) => ({ rps: r.rps, p50: r.p50, p99: r.p99, failed: r.failed, cpuMsPerCall: r.cpuPerCall });
+  const row = (r: Result) => ({
+    rps: r.rps,
+    p50: r.p50,
+    p99: r.p99,
+    failed: r.failed,
+    cpuMsPerCall: r.cpuPerCall,
+    // PostgreSQL's CPU in the target's windows (the bench's, when it runs one): cloud-postgres's cost there, the idle
+    // replica's polls for any other target.
+    ...(postgres ? { postgresCpuMsPerCall: r.pgCpuPerCall, postgresCoreShare: coreShare([r]) } : {}),
+  });
   const targets = Object.fromEntries(
     [...byTarget].map(([name, m]) => [
       name,
@@ -370,9 +428,11 @@ function modeFigures(byTarget: Map<string, Measured>) {
   const ours = byTarget.get('sovereign');
   const theirs = byTarget.get('portkey');
   const stack = byTarget.get('bare');
+  const shared = byTarget.get('cloud-postgres');
   return {
     targets,
     sovereignOverPortkey: ours && theirs ? roundRatio(ours.rounds, theirs.rounds) : null,
+    cloudPostgresOverSovereign: ours && shared ? roundRatio(shared.rounds, ours.rounds) : null,
     bareOverPortkey: stack && theirs ? roundRatio(stack.rounds, theirs.rounds).ratio : null,
     pipelineCpuMsPerCall: ours && stack ? ours.saturation.cpuPerCall - stack.saturation.cpuPerCall : null,
   };
@@ -380,7 +440,8 @@ function modeFigures(byTarget: Map<string, Measured>) {
 
 // --- report ---
 const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '—');
-const row = (cells: string[]) => `${cells.map((c, i) => (i < 2 ? c.padEnd(i === 0 ? 10 : 12) : c.padStart(10))).join(' ')}\n`;
+const nameWidth = Math.max(10, ...targetNames.map((name) => name.length));
+const row = (cells: string[]) => `${cells.map((c, i) => (i < 2 ? c.padEnd(i === 0 ? nameWidth : 12) : c.padStart(10))).join(' ')}\n`;
 const goals: string[] = [];
 /** Each goal judged, by name, for the run's record: met or not, and the figure it was judged on. */
 const goalFigures: Record<string, { met: boolean; value: unknown }> = {};
@@ -465,6 +526,16 @@ for (const [mode, byTarget] of results) {
         '\n',
     );
   }
+  const shared = byTarget.get('cloud-postgres');
+  if (shared)
+    process.stdout.write(
+      sharedStoreReport(
+        shared,
+        ours,
+        floor,
+        [...byTarget].filter(([name]) => name !== 'cloud-postgres'),
+      ),
+    );
   if (ours && floor) {
     for (const [rate, limit] of [
       [1000, 1],
@@ -483,19 +554,83 @@ for (const [mode, byTarget] of results) {
   }
 }
 
-// Every call the daemon answered is in its audit log, flushed before the answer left.
-if (targetNames.includes('sovereign')) {
-  const after = (await waitFor(`${sovereignBase}/health`, auth)) as {
+/**
+ * cloud-postgres next to sovereign (lmdb) in the same rounds, at each load: the latency each adds over the floor (or
+ * its own, without one), each daemon's CPU per call, and PostgreSQL's CPU per call and share of a core; then what
+ * PostgreSQL used while the other targets were measured (the idle replica's polls and flushes).
+ */
+function sharedStoreReport(
+  shared: Measured,
+  ours: Measured | undefined,
+  floor: Measured | undefined,
+  others: Array<[string, Measured]>,
+): string {
+  const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
+  const latency = (r: Result, base: Result | undefined) =>
+    base ? `added p50 ${ms(r.p50 - base.p50)}, p99 ${ms(r.p99 - base.p99)} ms` : `p50 ${ms(r.p50)}, p99 ${ms(r.p99)} ms`;
+  const lines = [`cloud-postgres (PostgreSQL store)${ours ? ' next to sovereign (lmdb), same rounds' : ''}:`];
+  for (const rate of [...rates, 0]) {
+    const r = rate ? shared.rates.get(rate)! : shared.saturation;
+    const lmdb = ours && (rate ? ours.rates.get(rate)! : ours.saturation);
+    const base = floor && (rate ? floor.rates.get(rate) : floor.saturation);
+    const windows = rate ? shared.rateRounds.get(rate)! : shared.saturations;
+    const parts = [
+      rate
+        ? `${latency(r, base)}${lmdb ? ` against ${latency(lmdb, base)}` : ''}`
+        : `${r.rps.toFixed(0)}/s${
+            ours
+              ? `, ${roundRatio(shared.rounds, ours.rounds).ratio.toFixed(2)}x sovereign's (rounds: ${roundRatio(shared.rounds, ours.rounds)
+                  .each.map((x) => `${x.toFixed(2)}x`)
+                  .join(', ')})`
+              : ''
+          }`,
+      `daemon cpu ${r.cpuPerCall.toFixed(3)}${lmdb ? ` against ${lmdb.cpuPerCall.toFixed(3)}` : ''} ms/call`,
+      `PostgreSQL ${r.pgCpuPerCall.toFixed(3)} ms/call (${pct(coreShare(windows))} of a core)`,
+    ];
+    lines.push(`  ${(rate ? `${rate}/s` : 'saturation').padEnd(10)} ${parts.join('; ')}`);
+  }
+  const idle = others.flatMap(([, m]) => windowsOf(m));
+  if (idle.length) lines.push(`  PostgreSQL while the other targets were measured (the idle replica): ${pct(coreShare(idle))} of a core`);
+  return `${lines.join('\n')}\n`;
+}
+
+// Every call a daemon answered is in its audit log, flushed before the answer left; and cloud-postgres's are billed in
+// PostgreSQL (usage is added there every 5 s), so that its figures are those of a daemon that used it.
+for (const [name, daemon] of DAEMONS) {
+  const after = (await waitFor(`${daemon.base}/health`, daemon.auth)) as {
     audit: { entries: number; latest_checkpoint: { size: number } | null };
   };
-  const logged = after.audit.entries - entriesBefore;
+  const logged = after.audit.entries - entriesBefore.get(name)!;
+  const calls = answered.get(name) ?? 0;
   process.stdout.write(
-    `\naudit: ${logged} entries logged; ${sovereignAnswered} calls answered 200 by sovereign; the latest signed checkpoint covers ${after.audit.latest_checkpoint?.size ?? 0}\n`,
+    `\naudit: ${logged} entries logged; ${calls} calls answered 200 by ${name}; the latest signed checkpoint covers ${after.audit.latest_checkpoint?.size ?? 0}\n`,
   );
+  const prefix = name === 'sovereign' ? '' : `${name} `;
+  goals.push(`${prefix}audit: every answered call logged: ${logged >= calls ? 'met' : 'NOT met'} (${logged} entries, ${calls} answered)`);
+  goalFigures[name === 'sovereign' ? 'audit.everyAnsweredCallLogged' : `${name}.audit.everyAnsweredCallLogged`] = {
+    met: logged >= calls,
+    value: { logged, answered: calls },
+  };
+  if (name !== 'cloud-postgres') continue;
+  // It adds the counts it holds as it stops: stopped first, its usage is all there (or within the next seconds).
+  await Promise.race([stopServer(SERVERS[name]), new Promise((r) => setTimeout(r, 15_000))]);
+  let billed = billedCalls(daemon.configFile);
+  for (const until = Date.now() + 15_000; billed < calls && Date.now() < until; billed = billedCalls(daemon.configFile))
+    await new Promise((r) => setTimeout(r, 1000));
+  process.stdout.write(`usage: ${billed} calls billed in PostgreSQL; ${calls} answered 200 by ${name}\n`);
   goals.push(
-    `audit: every answered call logged: ${logged >= sovereignAnswered ? 'met' : 'NOT met'} (${logged} entries, ${sovereignAnswered} answered)`,
+    `${prefix}usage: every answered call billed in PostgreSQL: ${billed >= calls ? 'met' : 'NOT met'} (${billed} billed, ${calls} answered)`,
   );
-  goalFigures['audit.everyAnsweredCallLogged'] = { met: logged >= sovereignAnswered, value: { logged, answered: sovereignAnswered } };
+  goalFigures[`${name}.usage.everyAnsweredCallBilled`] = { met: billed >= calls, value: { billed, answered: calls } };
+}
+/** Chat calls billed to the daemon's key, as `sovereign usage export` reads them from the shared state. */
+function billedCalls(configFile: string): number {
+  return execFileSync(BIN, ['usage', 'export', '--config', configFile, '--format', 'jsonl'], { encoding: 'utf8' })
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as { endpoint: string; requests: number })
+    .filter((row) => row.endpoint === '/v1/chat/completions')
+    .reduce((sum, row) => sum + row.requests, 0);
 }
 if (unanswered.length)
   process.stdout.write(`\nnot measured (the target failed a single call):\n${unanswered.map((u) => `  ${u}`).join('\n')}\n`);

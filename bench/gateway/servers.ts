@@ -208,7 +208,9 @@ export function certificate(dir: string): { certFile: string; keyFile: string; c
 /**
  * The daemon's configuration for the bench: the cloud posture on `port`, routing `bench-chat` to the upstream, the
  * audit log signed by a software key every second; and a key whose limits (its own and its project's) are checked on
- * every call but never reached. Returns the config file and the key's secret.
+ * every call but never reached. Returns the config file and the key's secret. With `postgres`, the same daemon keeps
+ * its shared state (projects, keys, usage) in that database (`store: "postgres"`), whose schema is made here first;
+ * `name` keeps its config and data directory apart from another daemon's in the same `dir`.
  */
 export function sovereignSetup(options: {
   dir: string;
@@ -217,8 +219,11 @@ export function sovereignSetup(options: {
   certFile: string;
   keyFile: string;
   journalDir?: string | null;
+  name?: string;
+  postgres?: { url: string; passwordFile: string };
 }): { configFile: string; secret: string } {
-  const configFile = join(options.dir, 'config.json');
+  const prefix = options.name ? `${options.name}-` : '';
+  const configFile = join(options.dir, `${prefix}config.json`);
   writeFileSync(
     configFile,
     JSON.stringify({
@@ -226,16 +231,18 @@ export function sovereignSetup(options: {
       region: 'bench-1',
       listen: { host: '127.0.0.1', port: options.port },
       tls: { cert: options.certFile, key: options.keyFile },
-      dataDir: join(options.dir, 'data'),
+      dataDir: join(options.dir, `${prefix}data`),
       limits: { maxInFlight: 4096 },
       audit: { signer: 'software', checkpointMs: 1000, ...(options.journalDir ? { journalDir: options.journalDir } : {}) },
       log: { level: 'warn' },
       upstreams: [
         { name: 'echo', baseUrl: options.upstreamBase, models: [{ id: 'bench-chat', upstreamModel: 'echo', capability: 'chat' }] },
       ],
+      ...(options.postgres ? { store: 'postgres', postgres: options.postgres } : {}),
     }),
   );
   const cli = (args: string[]) => execFileSync(BIN, [...args, '--config', configFile, '--json'], { encoding: 'utf8' });
+  if (options.postgres) execFileSync(BIN, ['db', 'migrate', '--config', configFile], { encoding: 'utf8' });
   cli(['projects', 'create', 'bench']);
   cli(['projects', 'limits', 'bench', '--rpm', '100000000', '--tpm', '100000000000']);
   const key = JSON.parse(cli(['keys', 'create', '--project', 'bench', '--rpm', '100000000', '--tpm', '100000000000'])) as {
