@@ -61,7 +61,7 @@ function postgresCpuMs(): number {
   if (!parent) return 0;
   for (const pid of [parent, ...children(parent)]) {
     try {
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
       sum += (Number(fields[11]) + Number(fields[12])) * tick;
     } catch {
       // Gone meanwhile.
@@ -98,8 +98,8 @@ async function throughput(stores: Store[]): Promise<{ perSecond: number; p50Ms: 
   latencies.sort((a, b) => a - b);
   return {
     perSecond: Math.round(latencies.length / elapsed),
-    p50Ms: round(latencies[Math.floor(latencies.length * 0.5)]!),
-    p99Ms: round(latencies[Math.floor(latencies.length * 0.99)]!),
+    p50Ms: round(latencies[Math.floor(latencies.length * 0.5)]),
+    p99Ms: round(latencies[Math.floor(latencies.length * 0.99)]),
     cpuMs: round((used.user + used.system) / 1000 / latencies.length, 3),
     pgCpuMs: round((postgresCpuMs() - pgCpu) / latencies.length, 3),
   };
@@ -116,7 +116,7 @@ for (const writers of WRITERS) {
 }
 
 // Propagation: a change committed through replica 0, timed until replica 1's copy holds it.
-const [from, to] = [replicas[0]!, replicas[1]!];
+const [from, to] = [replicas[0], replicas[1]];
 const delays: number[] = [];
 for (let i = 0; i < SAMPLES; i++) {
   const id = `probe_${i}`;
@@ -127,13 +127,13 @@ for (let i = 0; i < SAMPLES; i++) {
   delays.push(performance.now() - started);
 }
 delays.sort((a, b) => a - b);
-const propagation = { p50Ms: round(delays[Math.floor(SAMPLES * 0.5)]!), p99Ms: round(delays[Math.floor(SAMPLES * 0.99)]!) };
+const propagation = { p50Ms: round(delays[Math.floor(SAMPLES * 0.5)]), p99Ms: round(delays[Math.floor(SAMPLES * 0.99)]) };
 
 for (const store of replicas) await store.close();
 
 const rows = [
   ['lmdb (one machine)', lmdb],
-  ...WRITERS.map((w) => [`postgres, ${w} replica${w > 1 ? 's' : ''}`, shared[w]!] as const),
+  ...WRITERS.map((w) => [`postgres, ${w} replica${w > 1 ? 's' : ''}`, shared[w]] as const),
 ] as const;
 process.stdout.write(`shared-state changes (a stored response: 3 records), ${INFLIGHT} in flight per replica, ${SECONDS} s each\n\n`);
 process.stdout.write('store                  changes/s   p50 ms   p99 ms   process CPU ms/change   PostgreSQL CPU ms/change\n');
@@ -143,9 +143,11 @@ for (const [name, r] of rows) {
   );
 }
 process.stdout.write(
-  `\npostgres vs lmdb, changes/s: ${WRITERS.map((w) => `${w} replica${w > 1 ? 's' : ''} ${round(shared[w]!.perSecond / lmdb.perSecond, 2)}x`).join(', ')}\n`,
+  `\npostgres vs lmdb, changes/s: ${WRITERS.map((w) => `${w} replica${w > 1 ? 's' : ''} ${round(shared[w].perSecond / lmdb.perSecond, 2)}x`).join(', ')}\n`,
 );
-process.stdout.write(`a change reaches another replica's copy: p50 ${propagation.p50Ms} ms, p99 ${propagation.p99Ms} ms (from the start of its commit)\n`);
+process.stdout.write(
+  `a change reaches another replica's copy: p50 ${propagation.p50Ms} ms, p99 ${propagation.p99Ms} ms (from the start of its commit)\n`,
+);
 
 appendResult('shared-state', { seconds: SECONDS, inflight: INFLIGHT, writers: WRITERS }, { lmdb, postgres: shared, propagation });
 await postgres.close();

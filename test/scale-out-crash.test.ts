@@ -158,7 +158,7 @@ t.test('a replica killed under load: clients see only retries, and its log keeps
       for (let attempt = 1; ; attempt++) {
         const answer = await (query ? call('/documents/query', QUERY) : call('/models')).catch((err: Error) => ({
           status: 0,
-          headers: {} as http.IncomingHttpHeaders,
+          headers: {},
           json: { error: err.message } as any,
         }));
         if (answer.status !== 200) {
