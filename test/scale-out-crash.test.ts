@@ -101,6 +101,12 @@ const upload = await request(`${replicas.a.baseURL}/documents`, {
 if (upload.status !== 201) throw new Error(upload.text);
 const documentId = upload.json.id as string;
 
+interface Answer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  json: any;
+}
+
 interface Acknowledged {
   log: string;
   leaf: number;
@@ -111,7 +117,7 @@ t.test('a replica killed under load: clients see only retries, and its log keeps
   const agent = new http.Agent({ keepAlive: true, maxSockets: CLIENTS });
   t.teardown(() => agent.destroy());
   const call = (path: string, body?: unknown) =>
-    new Promise<{ status: number; headers: http.IncomingHttpHeaders; json: any }>((resolve, reject) => {
+    new Promise<Answer>((resolve, reject) => {
       const req = http.request(
         `http://127.0.0.1:${lb.port}/v1${path}`,
         {
@@ -156,10 +162,10 @@ t.test('a replica killed under load: clients see only retries, and its log keeps
       const query = (calls + n) % 2 === 0;
       // A client's own retries: at most 20 tries of one call, each after a short pause.
       for (let attempt = 1; ; attempt++) {
-        const answer = await (query ? call('/documents/query', QUERY) : call('/models')).catch((err: Error) => ({
+        const answer = await (query ? call('/documents/query', QUERY) : call('/models')).catch((err: Error): Answer => ({
           status: 0,
           headers: {},
-          json: { error: err.message } as any,
+          json: { error: err.message },
         }));
         if (answer.status !== 200) {
           if (attempt >= 20) {
