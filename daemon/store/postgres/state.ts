@@ -23,6 +23,8 @@ const POLL_MS = 200;
 const PAGE = 2_000;
 /** Times a change is tried again on a newer copy when something it read changed meanwhile. */
 const ATTEMPTS = 20;
+/** Changes committed together at most: bounds one transaction's statement sizes. */
+const MAX_BATCH = 256;
 const CHANNEL = 'sovereign_state';
 /** Hours a removed record's row is kept for replicas catching up, before it is purged. */
 const TOMBSTONE_HOURS = 1;
@@ -114,6 +116,15 @@ export function connectionConfig(options: PostgresOptions, applicationName: stri
     query_timeout: timeoutMs,
     application_name: applicationName,
   };
+}
+
+/** A change waiting for the next commit. */
+interface Pending {
+  snapshot: number;
+  reads: Set<string>;
+  writes: Write[];
+  resolve(committed: boolean): void;
+  reject(err: unknown): void;
 }
 
 interface Write {
@@ -262,56 +273,109 @@ export class PostgresState {
     return { result: fn(tx), reads, writes };
   }
 
-  /** One PostgreSQL transaction: false when a record read at `snapshot` has changed since (nothing is written). */
-  private async commit(snapshot: number, reads: Set<string>, writes: Write[]): Promise<boolean> {
+  /**
+   * Commits a change in PostgreSQL; false when a record it read at `snapshot` has changed since (nothing of it is
+   * written). Changes made while a commit is under way wait and go together in the next one: commits hold the head
+   * row until PostgreSQL has flushed them, so one transaction of many changes costs one flush, not one each.
+   */
+  private commit(snapshot: number, reads: Set<string>, writes: Write[]): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      this.queued.push({ snapshot, reads, writes, resolve, reject });
+      this.flushQueue();
+    });
+  }
+
+  private readonly queued: Pending[] = [];
+  private committing = false;
+
+  private flushQueue(): void {
+    if (this.committing || this.queued.length === 0) return;
+    this.committing = true;
+    const batch = this.queued.splice(0, MAX_BATCH);
+    this.commitBatch(batch)
+      .then(
+        (committed) => batch.forEach((change, i) => change.resolve(committed[i]!)),
+        (err: unknown) => batch.forEach((change) => change.reject(err)),
+      )
+      .finally(() => {
+        this.committing = false;
+        this.flushQueue();
+      });
+  }
+
+  /**
+   * One PostgreSQL transaction for `batch`, in order: a change whose reads changed since its snapshot (in PostgreSQL,
+   * or by a change before it in the batch) is left out (false); the others are written, each record once, numbered
+   * in the order they were made.
+   */
+  private async commitBatch(batch: Pending[]): Promise<boolean[]> {
     const client = await this.pool.connect();
     let broken = false;
     try {
       await client.query('BEGIN');
       const head = Number((await client.query<{ seq: string }>('SELECT seq FROM state_head FOR UPDATE')).rows[0]!.seq);
-      if (head > snapshot && reads.size > 0) {
+      // Where a record read, or added to, stands now: its number, and for additions its value.
+      const look = new Set<string>();
+      for (const change of batch) {
+        if (head > change.snapshot) for (const id of change.reads) look.add(id);
+        for (const w of change.writes) if (w.kind === 'add') look.add(idOf(w.space, w.key));
+      }
+      const numbered = new Map<string, number>();
+      const current = new Map<string, unknown>();
+      if (look.size > 0) {
         const spaces: string[] = [];
         const keys: string[] = [];
-        for (const id of reads) {
+        for (const id of look) {
           const cut = id.indexOf('\u0000');
           spaces.push(id.slice(0, cut));
           keys.push(id.slice(cut + 1));
         }
-        const changed = await client.query(
-          `SELECT 1 FROM state s JOIN unnest($1::text[], $2::text[]) AS r(space, key) USING (space, key)
-           WHERE s.seq > $3 LIMIT 1`,
-          [spaces, keys, snapshot],
+        const { rows } = await client.query<{ space: string; key: string; value: Buffer | null; seq: string }>(
+          `SELECT s.space, s.key, s.value, s.seq FROM state s JOIN unnest($1::text[], $2::text[]) AS r(space, key) USING (space, key)`,
+          [spaces, keys],
         );
-        if (changed.rowCount) {
-          await client.query('ROLLBACK');
-          return false;
+        for (const row of rows) {
+          const id = `${row.space}\u0000${row.key}`;
+          numbered.set(id, Number(row.seq));
+          current.set(id, row.value ? (unpack(row.value) as unknown) : undefined);
         }
       }
-      const adds = writes.filter((w) => w.kind === 'add');
-      const current = new Map<string, unknown>();
-      if (adds.length > 0) {
-        const { rows } = await client.query<{ space: string; key: string; value: Buffer | null }>(
-          `SELECT s.space, s.key, s.value FROM state s JOIN unnest($1::text[], $2::text[]) AS r(space, key) USING (space, key)`,
-          [adds.map((w) => w.space), adds.map((w) => JSON.stringify(w.key))],
-        );
-        for (const row of rows) current.set(`${row.space}\u0000${row.key}`, row.value ? unpack(row.value) : undefined);
-      }
-      const values = writes.map((w) => {
-        if (w.kind === 'remove') return null;
-        const value = w.kind === 'add' ? addCounts(current.get(idOf(w.space, w.key)) as object | undefined, w.counts!) : w.value;
-        return pack(value);
+      const written = new Map<string, { space: string; key: Key; value: unknown }>();
+      const committed = batch.map((change) => {
+        for (const id of change.reads) if ((numbered.get(id) ?? 0) > change.snapshot || written.has(id)) return false;
+        for (const w of change.writes) {
+          const id = idOf(w.space, w.key);
+          const value =
+            w.kind === 'remove' ? undefined : w.kind === 'add' ? addCounts(current.get(id) as object | undefined, w.counts!) : w.value;
+          current.set(id, value);
+          // Numbered after every record written before it, even one it writes again.
+          written.delete(id);
+          written.set(id, { space: w.space, key: w.key, value });
+        }
+        return true;
       });
+      if (written.size === 0) {
+        await client.query('ROLLBACK');
+        return committed;
+      }
+      const rows = [...written.values()];
       await client.query(
         `INSERT INTO state (space, key, value, seq, writer)
          SELECT space, key, value, $4 + n, $5 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
          ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq, writer = EXCLUDED.writer, written_at = now()`,
-        [writes.map((w) => w.space), writes.map((w) => JSON.stringify(w.key)), values, head, this.writer],
+        [
+          rows.map((r) => r.space),
+          rows.map((r) => JSON.stringify(r.key)),
+          rows.map((r) => (r.value === undefined ? null : pack(r.value))),
+          head,
+          this.writer,
+        ],
       );
-      const next = head + writes.length;
+      const next = head + rows.length;
       await client.query('UPDATE state_head SET seq = $1', [next]);
       await client.query('SELECT pg_notify($1, $2)', [CHANNEL, String(next)]);
       await client.query('COMMIT');
-      return true;
+      return committed;
     } catch (err) {
       broken = true;
       await client.query('ROLLBACK').catch(() => {});
