@@ -175,6 +175,8 @@ export class BatchRunner {
   private async work(): Promise<void> {
     while (!this.stopping) {
       let job: { batch: BatchRecord; index: number } | null;
+      // Taken before the pick: a wake while it runs (a batch made meanwhile) is not missed.
+      const woken = this.wakeSignal;
       try {
         job = await this.pickInTurn();
       } catch (err) {
@@ -183,7 +185,7 @@ export class BatchRunner {
       }
       if (this.stopping) break;
       if (!job) {
-        await this.idle();
+        await this.idle(woken);
         continue;
       }
       await this.runLine(job.batch, job.index).catch((err: Error) => {
@@ -198,9 +200,12 @@ export class BatchRunner {
     }
   }
 
-  /** Waits to be woken (a batch made or cancelled), or until a waiting batch may go on, or for IDLE_LOOK_MS. */
-  private async idle(): Promise<void> {
-    if (!this.running.size) return this.wakeSignal;
+  /**
+   * Waits for a wake since `woken` was taken (a batch made or cancelled, a lease taken), or until a waiting batch may
+   * go on, or for IDLE_LOOK_MS.
+   */
+  private async idle(woken: Promise<void>): Promise<void> {
+    if (!this.running.size) return woken;
     const now = this.now();
     let ms = IDLE_LOOK_MS;
     for (const state of this.running.values()) if (state.waitUntil > now) ms = Math.min(ms, state.waitUntil - now);
@@ -208,7 +213,7 @@ export class BatchRunner {
     const looks = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, ms);
     });
-    await Promise.race([this.wakeSignal, looks]);
+    await Promise.race([woken, looks]);
     clearTimeout(timer);
   }
 
