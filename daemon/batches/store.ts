@@ -199,6 +199,12 @@ export class BatchStore {
     return this.batches.get(id) ?? null;
   }
 
+  /** Whether the batch has ended (or is unknown here). */
+  ended(id: string): boolean {
+    const record = this.batches.get(id);
+    return !record || ENDED.has(record.status);
+  }
+
   /** The project's batches, newest first. */
   list(project: string): BatchRecord[] {
     const out: BatchRecord[] = [];
@@ -294,7 +300,7 @@ export class BatchStore {
 
   /**
    * Ends the batch with `status`: its output and error files are made (those with lines) and it leaves the
-   * unfinished list, in one transaction, durably.
+   * unfinished list, its runner's lease going with it (store: postgres; leases.ts), in one transaction, durably.
    */
   async end(id: string, status: FinalStatus, errors: BatchError[] | null = null): Promise<BatchRecord> {
     const at = seconds(this.now());
@@ -318,6 +324,7 @@ export class BatchStore {
           : null,
       ];
       tx.remove('batches-active', id);
+      tx.remove('batch-leases', id);
       return { status, [stamp[status]]: at, outputFile: files[0] !== null, errorFile: files[1] !== null, ...(errors ? { errors } : {}) };
     });
     await this.store.flushed();

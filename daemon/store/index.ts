@@ -43,6 +43,7 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'batches-by-project',
   'batches-active',
   'batch-lines',
+  'batch-leases',
 ]);
 /** Named databases of raw bytes (values are Buffers as they are, not msgpack). */
 const BINARY_SPACES: ReadonlySet<string> = new Set(['document-vectors']);
@@ -244,7 +245,7 @@ export function openStore(dataDir: string): Store {
 const localCopies = new WeakMap<Store, LocalCopy>();
 
 /**
- * This replica as the shared records it writes name it (an upload in progress): its host and data
+ * This replica as the shared records it writes name it (a batch's lease, an upload in progress): its host and data
  * directory, the same across its restarts, so a replica that comes back knows its own records at once.
  */
 export function replicaOf(store: Store): string {
