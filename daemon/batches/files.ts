@@ -4,9 +4,12 @@
 // project's is as if absent), counts against the project's room (files.maxBytesPerProject), and is deleted once it
 // expires (files.ttlSeconds) — except the input of a batch that has not ended, kept (though no longer served) until it
 // has. Only scrubbed text is ever written here: the caller scrubs each line before it is stored.
+//
+// Files are shared state (store: postgres): written through `Store.update`, so a file uploaded through one replica is
+// listed and read through every other.
 import { randomBytes } from 'node:crypto';
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import { findFresh, replicaOf, type Store, type Tx } from '../store/index.js';
 
 export type FilePurpose = 'batch' | 'batch_output';
 
@@ -52,8 +55,17 @@ export interface FileStoreOptions {
   now?: () => number;
 }
 
-/** Lines written or removed per lmdb transaction: a large file never holds the event loop in one long transaction. */
+/**
+ * Lines written or removed per change, and the bytes of lines written in one: a large file never holds the event loop
+ * (or PostgreSQL) in one long transaction.
+ */
 const LINES_PER_TRANSACTION = 1000;
+const BYTES_PER_TRANSACTION = 4 << 20;
+/**
+ * A loose mark another replica left (an upload it writes, a file it deletes) is its own until this long has passed:
+ * longer than any upload takes. A replica's own marks that its process does not hold were left by its last run.
+ */
+const LOOSE_GRACE_MS = 3600_000;
 /** The end of a file's range of lines (indexes are below it). */
 const LAST = Number.MAX_SAFE_INTEGER;
 const SWEEP_MS = 60_000;
@@ -72,17 +84,19 @@ export function bytesOf(lines: readonly string[]): number {
 export class FileStore {
   private readonly records: Database<FileRecord, string>;
   private readonly byProject: Database<true, [string, number, string]>;
-  readonly lines: Database<string, [string, number]>;
+  private readonly lines: Database<string, [string, number]>;
   /**
    * Files whose lines may be on disk without their record: an upload being written, a file being deleted. Each is
    * marked here in the same transaction that makes its record absent, and the mark goes with its last line, so a crash
    * in between leaves lines the next start removes.
    */
-  private readonly loose: Database<true, string>;
+  private readonly loose: Database<LooseMark, string>;
   /** Bytes of uploads being written, per project: counted against its room until their records exist. */
   private readonly reserved = new Map<string, number>();
   /** Uploads being written now: loose, but not left by a crash. */
   private readonly writing = new Set<string>();
+  /** This replica, as its loose marks name it. */
+  private readonly replica: string;
   private readonly now: () => number;
   private timer: NodeJS.Timeout | null = null;
   /** Whether a file must be kept though it expired: an unfinished batch reads it (set by the batch store). */
@@ -95,8 +109,9 @@ export class FileStore {
     this.records = store.db<FileRecord>('files');
     this.byProject = store.db<true, [string, number, string]>('files-by-project');
     this.lines = store.db<string, [string, number]>('file-lines');
-    this.loose = store.db<true>('files-loose');
+    this.loose = store.db<LooseMark>('files-loose');
     this.now = options.now ?? Date.now;
+    this.replica = replicaOf(store);
   }
 
   /** Files `keep` names are not deleted when they expire (the inputs of batches that have not ended). */
@@ -131,12 +146,19 @@ export class FileStore {
     const id = newFileId();
     this.writing.add(id);
     try {
-      await this.loose.put(id, true);
-      for (let from = 0; from < file.lines.length; from += LINES_PER_TRANSACTION) {
-        await this.lines.transaction(() => {
-          const to = Math.min(from + LINES_PER_TRANSACTION, file.lines.length);
-          for (let i = from; i < to; i++) void this.lines.put([id, i], file.lines[i]!);
+      const mark: LooseMark = { replica: this.replica, at: this.now() };
+      await this.store.update((tx) => tx.put('files-loose', id, mark));
+      // Some lines a change; the record comes last, so a file is never seen half written.
+      for (let from = 0; from < file.lines.length;) {
+        let to = from;
+        for (let bytes = 0; to < file.lines.length && to - from < LINES_PER_TRANSACTION && bytes < BYTES_PER_TRANSACTION; to++) {
+          bytes += Buffer.byteLength(file.lines[to]!);
+        }
+        const start = from;
+        await this.store.update((tx) => {
+          for (let i = start; i < to; i++) tx.put('file-lines', [id, i], file.lines[i]!);
         });
+        from = to;
       }
       const createdAt = this.now();
       const record: FileRecord = {
@@ -149,7 +171,7 @@ export class FileStore {
         createdAt,
         expiresAt: createdAt + ttlMs,
       };
-      await this.records.transaction(() => this.putRecord(record));
+      await this.store.update((tx) => this.putRecord(tx, record));
       await this.store.flushed();
       return objectOf(record);
     } catch (err) {
@@ -163,10 +185,10 @@ export class FileStore {
   }
 
   /**
-   * Inside a transaction: the record of a file whose lines are already written under `id` (a batch's output, written
+   * In the change `tx`: the record of a file whose lines are already written under `id` (a batch's output, written
    * line by line as its batch ran). Answers its object.
    */
-  putWritten(project: string, id: string, file: { filename: string; bytes: number; lines: number }): FileObject {
+  putWritten(tx: Tx, project: string, id: string, file: { filename: string; bytes: number; lines: number }): FileObject {
     const createdAt = this.now();
     const record: FileRecord = {
       id,
@@ -178,8 +200,16 @@ export class FileStore {
       createdAt,
       expiresAt: createdAt + this.options.ttlMs,
     };
-    this.putRecord(record);
+    this.putRecord(tx, record);
     return objectOf(record);
+  }
+
+  /**
+   * `find` on this replica's copy, and on a miss once more after catching up (store: postgres), so a file uploaded or
+   * written through another replica a moment ago is found here.
+   */
+  fresh<T>(find: (files: this) => T): Promise<T> {
+    return findFresh(this.store, () => find(this));
   }
 
   /** The project's file, unless it expired or was deleted. */
@@ -231,9 +261,9 @@ export class FileStore {
   async delete(project: string, id: string): Promise<boolean> {
     const record = this.live(project, id);
     if (!record) return false;
-    await this.forget(record);
+    const deleted = await this.forget(record);
     await this.store.flushed();
-    return true;
+    return deleted;
   }
 
   /** Bytes the project's files hold now (expired ones no longer count). */
@@ -248,12 +278,22 @@ export class FileStore {
   /** Deletes expired files (not those kept for a batch) and the lines a crash left loose; resolves with how many. */
   async sweep(): Promise<number> {
     // What to remove is read first, then removed: no read transaction stays open across the writes.
-    const loose = [...this.loose.getKeys()].filter((id) => !this.writing.has(id) && !this.records.get(id));
     const now = this.now();
+    const loose = [...this.loose.getRange()]
+      .filter(({ key, value }) => !this.writing.has(key) && !this.records.get(key) && this.left(value, now))
+      .map(({ key }) => key);
     const expired = [...this.records.getRange()].map(({ value }) => value).filter((r) => r.expiresAt <= now && !this.keep(r.id));
     for (const id of loose) await this.removeLines(id);
-    for (const record of expired) await this.forget(record);
-    return loose.length + expired.length;
+    let forgotten = 0;
+    for (const record of expired) if (await this.forget(record)) forgotten++;
+    return loose.length + forgotten;
+  }
+
+  /** Whether a loose mark was left by a run that is over: this replica's last one, or another replica long ago. */
+  private left(mark: LooseMark, now: number): boolean {
+    // `true`: a mark of a release that had no replicas, whose one process is this one.
+    if (mark === true || mark.replica === this.replica) return true;
+    return now - mark.at > LOOSE_GRACE_MS;
   }
 
   /** Takes `bytes` of the project's room until the returned function gives it back; QuotaExceeded past it. */
@@ -269,10 +309,10 @@ export class FileStore {
     };
   }
 
-  private putRecord(record: FileRecord): void {
-    void this.records.put(record.id, record);
-    void this.byProject.put([record.project, record.createdAt, record.id], true);
-    void this.loose.remove(record.id);
+  private putRecord(tx: Tx, record: FileRecord): void {
+    tx.put('files', record.id, record);
+    tx.put('files-by-project', [record.project, record.createdAt, record.id], true);
+    tx.remove('files-loose', record.id);
   }
 
   private live(project: string, id: string): FileRecord | null {
@@ -281,28 +321,40 @@ export class FileStore {
     return record;
   }
 
-  /** The record goes (and the file is marked loose) in one transaction; its lines follow. */
-  private async forget(record: FileRecord): Promise<void> {
-    await this.records.transaction(() => {
-      void this.records.remove(record.id);
-      void this.byProject.remove([record.project, record.createdAt, record.id]);
-      void this.loose.put(record.id, true);
+  /**
+   * The record goes (and the file is marked loose) in one change; its lines follow. False when the record was gone
+   * already (another replica's sweep deleted it first): its lines are that replica's to remove.
+   */
+  private async forget(record: FileRecord): Promise<boolean> {
+    const mark: LooseMark = { replica: this.replica, at: this.now() };
+    const forgotten = await this.store.update((tx) => {
+      if (!tx.get('files', record.id)) return false;
+      tx.remove('files', record.id);
+      tx.remove('files-by-project', [record.project, record.createdAt, record.id]);
+      tx.put('files-loose', record.id, mark);
+      return true;
     });
-    await this.removeLines(record.id);
+    if (forgotten) await this.removeLines(record.id);
+    return forgotten;
   }
 
   /** Removes the file's lines, some at a time, then its loose mark. */
   private async removeLines(id: string): Promise<void> {
-    for (;;) {
-      const keys = [...this.lines.getKeys({ start: [id, 0], end: [id, LAST], limit: LINES_PER_TRANSACTION })];
+    // Each round starts after the last line it removed: it ends whatever this copy still shows.
+    for (let from = 0; ;) {
+      const keys = [...this.lines.getKeys({ start: [id, from], end: [id, LAST], limit: LINES_PER_TRANSACTION })];
       if (!keys.length) break;
-      await this.lines.transaction(() => {
-        for (const key of keys) void this.lines.remove(key);
+      await this.store.update((tx) => {
+        for (const key of keys) tx.remove('file-lines', key);
       });
+      from = keys[keys.length - 1]![1] + 1;
     }
-    await this.loose.remove(id);
+    await this.store.update((tx) => tx.remove('files-loose', id));
   }
 }
+
+/** Who left a file's lines without its record, and when (`true`: a mark from before replicas). */
+type LooseMark = { replica: string; at: number } | true;
 
 function objectOf(record: FileRecord): FileObject {
   return {

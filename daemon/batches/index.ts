@@ -5,3 +5,4 @@ export { BATCH_URLS, isBatchUrl, parseBatchFile, type BatchLine, type BatchUrl, 
 export { scrubLines } from './scrub.js';
 export { batchObject, BatchStore, type BatchObject, type BatchRecord, type BatchStatus } from './store.js';
 export { BatchRunner, type LineAnswer, type LineCall, type LineCaller } from './runner.js';
+export { BatchLeases, LEASE_MS, RENEW_MS, type Lease } from './leases.js';

@@ -12,9 +12,16 @@
 // for, up to MAX_ATTEMPTS times, after which that refusal is its answer. Projects take turns line by line, then their
 // batches within each: one large batch does not hold back the others, nor do many batches of one project. Lines carry `service_tier: "flex"`: the scheduler runs them in the room that
 // interactive calls leave.
+//
+// With replicas (store: postgres), a runner runs the batches whose lease it holds (leases.ts). It looks every second,
+// and whenever a batch is made or cancelled here or through another replica: it renews its leases, takes its own
+// back after a restart, and takes a batch no one holds (new, or its holder's lease ran out) when it has a worker free,
+// or once the batch has waited a moment (2 s) all the same: a new batch goes to a replica with room for it if there is
+// one, and is run somewhere in any case.
 import { randomBytes } from 'node:crypto';
 import type { FileStore } from './files.js';
 import type { BatchUrl } from './jsonl.js';
+import type { BatchLeases } from './leases.js';
 import type { BatchError, BatchRecord, BatchStore, FinalStatus } from './store.js';
 
 /** One line's call, as the key that made its batch. */
@@ -47,6 +54,8 @@ export interface RunnerOptions {
   log: RunnerLog;
   /** Lines run at once, across every batch (batches.parallel). */
   parallel: number;
+  /** With replicas (store: postgres): the leases that say which replica runs a batch; null or absent on lmdb. */
+  leases?: BatchLeases | null;
   now?: () => number;
   /** Waits between attempts of a refused line (tests shorten them). */
   backoffMs?: { min: number; max: number };
@@ -103,6 +112,16 @@ export class BatchRunner {
   private closed = false;
   /** Picks are made one at a time: a pick may await a write. */
   private picking: Promise<unknown> = Promise.resolve();
+  private readonly leases: BatchLeases | null;
+  /** With leases: the batches this replica holds, and when each lease runs out. */
+  private readonly held = new Map<string, number>();
+  /** With leases: batches no one holds, and since when this replica has seen them so (busy, it waits a moment). */
+  private readonly waiting = new Map<string, number>();
+  private tendTimer: NodeJS.Timeout | null = null;
+  private tending: Promise<void> | null = null;
+  private tendAgain = false;
+  private tended = false;
+  private leaseTrouble = false;
 
   constructor(private readonly options: RunnerOptions) {
     this.batches = options.batches;
@@ -110,19 +129,33 @@ export class BatchRunner {
     this.log = options.log;
     this.now = options.now ?? Date.now;
     this.backoff = options.backoffMs ?? { min: 1_000, max: 60_000 };
+    this.leases = options.leases ?? null;
     this.resetWake();
-    this.batches.onChange(() => this.wake());
+    this.batches.onChange(() => {
+      this.wake();
+      this.tendSoon();
+    });
   }
 
   /** Resumes the batches that have not ended and starts the workers; `call` runs one line. */
   start(call: LineCaller): void {
     this.call = call;
-    const resumed = this.batches.unfinished();
-    for (const record of resumed) this.track(record);
-    if (resumed.length) {
-      this.log.info({ batches: resumed.map((r) => ({ batch: r.id, done: r.completed + r.failed, total: r.total })) }, 'batches resumed');
+    if (this.leases) {
+      // The batches this replica held before a restart, and those no one holds, are taken at the first look.
+      this.tendSoon();
+      this.tendTimer = setInterval(() => this.tendSoon(), this.leases.lookMs);
+      this.tendTimer.unref();
+    } else {
+      const resumed = this.batches.unfinished();
+      for (const record of resumed) this.track(record);
+      this.resumed(resumed);
     }
     for (let i = 0; i < this.options.parallel; i++) this.workers.push(this.work());
+  }
+
+  private resumed(records: readonly BatchRecord[]): void {
+    if (!records.length) return;
+    this.log.info({ batches: records.map((r) => ({ batch: r.id, done: r.completed + r.failed, total: r.total })) }, 'batches resumed');
   }
 
   /**
@@ -139,6 +172,119 @@ export class BatchRunner {
     await Promise.race([Promise.all(this.workers), graceOver]);
     clearTimeout(timer);
     this.closed = true;
+    if (this.tendTimer) clearInterval(this.tendTimer);
+    await this.tending;
+    if (this.leases && this.held.size) {
+      // Another replica may take them at once; a line still running here is not recorded (closed), so it runs there.
+      const held = [...this.held.keys()];
+      this.held.clear();
+      await this.leases.release(held).catch((err: Error) => {
+        this.log.warn(
+          { batches: held, err: err.message },
+          'the batch leases could not be let go; other replicas take them once they run out',
+        );
+      });
+    }
+  }
+
+  /** Whether this runner runs the batch: always on lmdb; with leases, while it holds the batch's. */
+  private holds(id: string): boolean {
+    return !this.leases || (this.held.get(id) ?? 0) > this.now();
+  }
+
+  /** Lines running now, across every batch. */
+  private inFlight(): number {
+    let n = 0;
+    for (const state of this.running.values()) n += state.running.size;
+    return n;
+  }
+
+  /** A look at the leases now, or right after the one under way. */
+  private tendSoon(): void {
+    if (!this.leases || !this.call || this.stopping) return;
+    if (this.tending) {
+      this.tendAgain = true;
+      return;
+    }
+    this.tending = this.tend()
+      .then(
+        () => {
+          if (this.leaseTrouble) this.log.info({}, 'the batch leases are renewed again');
+          this.leaseTrouble = false;
+        },
+        (err: Error) => {
+          // Once per failure, not every second: the leases run out meanwhile, and another replica may take the batches.
+          if (!this.leaseTrouble)
+            this.log.error({ err: err.message }, 'the batch leases could not be renewed or taken; tried again every second');
+          this.leaseTrouble = true;
+        },
+      )
+      .finally(() => {
+        this.tending = null;
+        if (this.tendAgain) {
+          this.tendAgain = false;
+          this.tendSoon();
+        }
+      });
+  }
+
+  /**
+   * Renews the leases this replica holds that are due, and takes those of batches it should run: its own from before
+   * a restart at once; one that no one holds when a worker is free, and any such once it has waited `takeWhenBusyMs`.
+   */
+  private async tend(): Promise<void> {
+    const leases = this.leases!;
+    const now = this.now();
+    const want: string[] = [];
+    for (const [id, until] of this.held) if (leases.due(until, now)) want.push(id);
+    const busy = this.inFlight() >= this.options.parallel;
+    let taking = 0;
+    const unheld = new Set<string>();
+    const records = new Map<string, BatchRecord>();
+    for (const record of this.batches.unfinished()) {
+      if (this.held.has(record.id)) continue;
+      records.set(record.id, record);
+      const lease = leases.lease(record.id);
+      if (lease?.holder === leases.holder) {
+        want.push(record.id);
+        continue;
+      }
+      if (lease && lease.until > now) continue;
+      unheld.add(record.id);
+      const since = this.waiting.get(record.id) ?? now;
+      this.waiting.set(record.id, since);
+      if ((!busy && taking === 0) || now - since >= leases.takeWhenBusyMs) {
+        want.push(record.id);
+        taking++;
+      }
+    }
+    for (const id of this.waiting.keys()) if (!unheld.has(id)) this.waiting.delete(id);
+    if (!want.length) {
+      this.tended = true;
+      return;
+    }
+    const taken = await leases.hold(want);
+    const first = !this.tended;
+    this.tended = true;
+    const resumed: BatchRecord[] = [];
+    for (const id of want) {
+      const lease = taken.get(id);
+      // A batch that ended meanwhile (here: its end let the lease go) is no longer held.
+      if (!lease || this.batches.ended(id)) {
+        if (this.held.delete(id) && !this.batches.ended(id)) {
+          this.log.warn({ batch: id }, 'another replica runs the batch now (this one could not renew its lease in time)');
+        }
+        continue;
+      }
+      this.held.set(id, lease.until);
+      this.waiting.delete(id);
+      const record = records.get(id);
+      if (!record) continue;
+      if (first) resumed.push(record);
+      else if (lease.from) this.log.info({ batch: id, from: lease.from }, 'batch taken over from a replica whose lease ran out');
+    }
+    this.resumed(resumed);
+    if ([...records.keys()].some((id) => this.held.has(id))) this.wake();
   }
 
   private wake(): void {
@@ -175,6 +321,8 @@ export class BatchRunner {
   private async work(): Promise<void> {
     while (!this.stopping) {
       let job: { batch: BatchRecord; index: number } | null;
+      // Taken before the pick: a wake while it runs (a batch made meanwhile, a lease taken) is not missed.
+      const woken = this.wakeSignal;
       try {
         job = await this.pickInTurn();
       } catch (err) {
@@ -183,7 +331,7 @@ export class BatchRunner {
       }
       if (this.stopping) break;
       if (!job) {
-        await this.idle();
+        await this.idle(woken);
         continue;
       }
       await this.runLine(job.batch, job.index).catch((err: Error) => {
@@ -198,9 +346,12 @@ export class BatchRunner {
     }
   }
 
-  /** Waits to be woken (a batch made or cancelled), or until a waiting batch may go on, or for IDLE_LOOK_MS. */
-  private async idle(): Promise<void> {
-    if (!this.running.size) return this.wakeSignal;
+  /**
+   * Waits for a wake since `woken` was taken (a batch made or cancelled, a lease taken), or until a waiting batch may
+   * go on, or for IDLE_LOOK_MS.
+   */
+  private async idle(woken: Promise<void>): Promise<void> {
+    if (!this.running.size) return woken;
     const now = this.now();
     let ms = IDLE_LOOK_MS;
     for (const state of this.running.values()) if (state.waitUntil > now) ms = Math.min(ms, state.waitUntil - now);
@@ -208,7 +359,7 @@ export class BatchRunner {
     const looks = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, ms);
     });
-    await Promise.race([this.wakeSignal, looks]);
+    await Promise.race([woken, looks]);
     clearTimeout(timer);
   }
 
@@ -224,7 +375,7 @@ export class BatchRunner {
    */
   private async pick(): Promise<{ batch: BatchRecord; index: number } | null> {
     if (this.stopping) return null;
-    for (const record of this.batches.unfinished()) this.track(record);
+    for (const record of this.batches.unfinished()) if (this.holds(record.id)) this.track(record);
     // The project served longest ago goes first, then, within it, the batch after the last one served: projects take
     // turns, so one that makes many batches gets no more of the runner than one that makes a single batch.
     const turn = (state: Running) => this.served.get(state.project) ?? -1;
@@ -238,6 +389,11 @@ export class BatchRunner {
         continue;
       }
       if (state.ending) continue;
+      if (!this.holds(state.id)) {
+        // Its lease ran out (or went to another replica): the lines running here finish, no other starts.
+        if (!state.running.size) this.running.delete(state.id);
+        continue;
+      }
       const stopWith = this.stopReason(record);
       if (stopWith) {
         if (!state.running.size) await this.end(record, state, stopWith);
@@ -342,6 +498,7 @@ export class BatchRunner {
       else await this.markNotRun(record, NOT_RUN_BECAUSE[status]);
       const ended = await this.batches.end(record.id, status, errors);
       this.running.delete(record.id);
+      this.held.delete(record.id);
       if (![...this.running.values()].some((s) => s.project === record.project)) this.served.delete(record.project);
       await this.batches.forgetLines(record.id);
       this.log.info(

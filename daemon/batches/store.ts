@@ -2,9 +2,13 @@
 // answer (into the batch's output or error file), the line's mark and the batch's counts change in one transaction,
 // so after a crash every line is either done, with its answer written once, or not done and run again. Batches that
 // have not ended are listed apart, for the runner to resume at the next start.
+//
+// Batches are shared state (store: postgres): every change is one `Store.update` that reads the batch (and a line's
+// mark) in it, so changes made at once on two replicas (an answer and a cancel, one line answered twice after a
+// takeover) are applied one after the other, each on the other's result.
 import { randomBytes } from 'node:crypto';
 import type { Database } from 'lmdb';
-import type { Store } from '../store/index.js';
+import { findFresh, type SharedChange, type Store, type Tx } from '../store/index.js';
 import { newFileId, type FileObject, type FileStore } from './files.js';
 
 export type BatchStatus = 'validating' | 'in_progress' | 'finalizing' | 'completed' | 'failed' | 'expired' | 'cancelling' | 'cancelled';
@@ -99,6 +103,8 @@ export class BatchStore {
   /** [batch id, line index] → ANSWERED, FAILED or NOT_RUN, once the line is done. */
   private readonly marks: Database<number, [string, number]>;
   private readonly listeners = new Set<() => void>();
+  /** Each batch's changes from this replica, one after another: parallel lines of a batch do not conflict. */
+  private readonly changing = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly store: Store,
@@ -111,9 +117,16 @@ export class BatchStore {
     this.marks = store.db<number, [string, number]>('batch-lines');
     // An unfinished batch's input is kept, though it expire, until the batch has read it to the end.
     files.keepWhile((id) => this.readsFile(id));
+    // Batches made or cancelled through other replicas (store: postgres) wake this one's runner too; a line answered
+    // there (the counts move) does not.
+    store.onChange('batches', (changes) => {
+      const moved = ({ value, previous }: SharedChange) =>
+        (value as BatchRecord | undefined)?.status !== (previous as BatchRecord | undefined)?.status;
+      if (changes.some(moved)) this.changed();
+    });
   }
 
-  /** Calls `listener` whenever a batch is made or asked to stop (the runner wakes). */
+  /** Calls `listener` whenever a batch is made or asked to stop, here or through another replica (the runner wakes). */
   onChange(listener: () => void): void {
     this.listeners.add(listener);
   }
@@ -157,10 +170,10 @@ export class BatchStore {
       cancellingAt: null,
       cancelledAt: null,
     };
-    await this.batches.transaction(() => {
-      void this.batches.put(record.id, record);
-      void this.byProject.put([project, createdMs, record.id], true);
-      void this.active.put(record.id, true);
+    await this.store.update((tx) => {
+      tx.put('batches', record.id, record);
+      tx.put('batches-by-project', [project, createdMs, record.id], true);
+      tx.put('batches-active', record.id, true);
     });
     await this.store.flushed();
     this.changed();
@@ -173,9 +186,23 @@ export class BatchStore {
     return record && record.project === project ? record : null;
   }
 
+  /**
+   * `find` on this replica's copy, and on a miss once more after catching up (store: postgres), so a batch made
+   * through another replica a moment ago is found here.
+   */
+  fresh<T>(find: (batches: this) => T): Promise<T> {
+    return findFresh(this.store, () => find(this));
+  }
+
   /** Any batch by id (the runner's read). */
   record(id: string): BatchRecord | null {
     return this.batches.get(id) ?? null;
+  }
+
+  /** Whether the batch has ended (or is unknown here). */
+  ended(id: string): boolean {
+    const record = this.batches.get(id);
+    return !record || ENDED.has(record.status);
   }
 
   /** The project's batches, newest first. */
@@ -220,9 +247,9 @@ export class BatchStore {
     return updated;
   }
 
-  /** Whether line `index` of the batch is done (answered, or marked as never run). */
-  isDone(id: string, index: number): boolean {
-    return this.marks.get([id, index]) !== undefined;
+  /** Whether line `index` of the batch is done (answered, or marked as never run); in a change, as `tx` reads it. */
+  isDone(id: string, index: number, tx?: Tx): boolean {
+    return (tx ? tx.get<number>('batch-lines', [id, index]) : this.marks.get([id, index])) !== undefined;
   }
 
   /** Marks the batch as running its lines (from `validating`). */
@@ -236,29 +263,29 @@ export class BatchStore {
    */
   async answered(id: string, index: number, succeeded: boolean, text: string): Promise<BatchRecord> {
     const bytes = Buffer.byteLength(text) + 1;
-    return this.update(id, (r) => {
-      if (ENDED.has(r.status) || this.isDone(id, index)) return null;
-      void this.marks.put([id, index], succeeded ? ANSWERED : FAILED);
+    return this.update(id, (r, tx) => {
+      if (ENDED.has(r.status) || this.isDone(id, index, tx)) return null;
+      tx.put('batch-lines', [id, index], succeeded ? ANSWERED : FAILED);
       if (succeeded) {
-        void this.files.lines.put([r.outputFileId, index], text);
+        tx.put('file-lines', [r.outputFileId, index], text);
         return { completed: r.completed + 1, outputLines: r.outputLines + 1, outputBytes: r.outputBytes + bytes };
       }
-      void this.files.lines.put([r.errorFileId, index], text);
+      tx.put('file-lines', [r.errorFileId, index], text);
       return { failed: r.failed + 1, errorLines: r.errorLines + 1, errorBytes: r.errorBytes + bytes };
     });
   }
 
   /** Lines the batch ended before running: each gets its line in the error file (`text` of its index), not counted as failed. */
   async notRun(id: string, indexes: readonly number[], text: (index: number) => string): Promise<void> {
-    await this.update(id, (r) => {
+    await this.update(id, (r, tx) => {
       if (ENDED.has(r.status)) return null;
       let lines = 0;
       let bytes = 0;
       for (const index of indexes) {
-        if (this.isDone(id, index)) continue;
+        if (this.isDone(id, index, tx)) continue;
         const line = text(index);
-        void this.marks.put([id, index], NOT_RUN);
-        void this.files.lines.put([r.errorFileId, index], line);
+        tx.put('batch-lines', [id, index], NOT_RUN);
+        tx.put('file-lines', [r.errorFileId, index], line);
         lines++;
         bytes += Buffer.byteLength(line) + 1;
       }
@@ -273,26 +300,31 @@ export class BatchStore {
 
   /**
    * Ends the batch with `status`: its output and error files are made (those with lines) and it leaves the
-   * unfinished list, in one transaction, durably.
+   * unfinished list, its runner's lease going with it (store: postgres; leases.ts), in one transaction, durably.
    */
   async end(id: string, status: FinalStatus, errors: BatchError[] | null = null): Promise<BatchRecord> {
     const at = seconds(this.now());
     const stamp = { completed: 'completedAt', failed: 'failedAt', expired: 'expiredAt', cancelled: 'cancelledAt' } as const;
-    const ended = await this.update(id, (r) => {
+    const ended = await this.update(id, (r, tx) => {
       if (ENDED.has(r.status)) return null;
       const files: Array<FileObject | null> = [
         r.outputLines
-          ? this.files.putWritten(r.project, r.outputFileId, {
+          ? this.files.putWritten(tx, r.project, r.outputFileId, {
               filename: `${r.id}_output.jsonl`,
               bytes: r.outputBytes,
               lines: r.outputLines,
             })
           : null,
         r.errorLines
-          ? this.files.putWritten(r.project, r.errorFileId, { filename: `${r.id}_error.jsonl`, bytes: r.errorBytes, lines: r.errorLines })
+          ? this.files.putWritten(tx, r.project, r.errorFileId, {
+              filename: `${r.id}_error.jsonl`,
+              bytes: r.errorBytes,
+              lines: r.errorLines,
+            })
           : null,
       ];
-      void this.active.remove(id);
+      tx.remove('batches-active', id);
+      tx.remove('batch-leases', id);
       return { status, [stamp[status]]: at, outputFile: files[0] !== null, errorFile: files[1] !== null, ...(errors ? { errors } : {}) };
     });
     await this.store.flushed();
@@ -304,12 +336,14 @@ export class BatchStore {
    * say the rest). One left by a crash on the way is harmless.
    */
   async forgetLines(id: string): Promise<void> {
-    for (;;) {
-      const keys = [...this.marks.getKeys({ start: [id, 0], end: [id, Number.MAX_SAFE_INTEGER], limit: 1000 })];
+    // Each round starts after the last mark it removed: it ends whatever this copy still shows.
+    for (let from = 0; ;) {
+      const keys = [...this.marks.getKeys({ start: [id, from], end: [id, Number.MAX_SAFE_INTEGER], limit: 1000 })];
       if (!keys.length) return;
-      await this.marks.transaction(() => {
-        for (const key of keys) void this.marks.remove(key);
+      await this.store.update((tx) => {
+        for (const key of keys) tx.remove('batch-lines', key);
       });
+      from = keys[keys.length - 1]![1] + 1;
     }
   }
 
@@ -330,18 +364,26 @@ export class BatchStore {
 
   /**
    * Changes the batch in one transaction: `change` reads it as it is inside the transaction and answers the fields to
-   * set (null: nothing). Resolves with the batch as it then stands.
+   * set (null: nothing), writing what else it writes through `tx`. Resolves with the batch as it then stands.
    */
-  private async update(id: string, change: (record: BatchRecord) => Partial<BatchRecord> | null): Promise<BatchRecord> {
-    return this.batches.transaction(() => {
-      const record = this.batches.get(id);
-      if (!record) throw new Error(`no batch ${id}`);
-      const fields = change(record);
-      if (!fields) return record;
-      const next = { ...record, ...fields };
-      void this.batches.put(id, next);
-      return next;
+  private async update(id: string, change: (record: BatchRecord, tx: Tx) => Partial<BatchRecord> | null): Promise<BatchRecord> {
+    const run = (this.changing.get(id) ?? Promise.resolve()).then(() =>
+      this.store.update((tx) => {
+        const record = tx.get<BatchRecord>('batches', id);
+        if (!record) throw new Error(`no batch ${id}`);
+        const fields = change(record, tx);
+        if (!fields) return record;
+        const next = { ...record, ...fields };
+        tx.put('batches', id, next);
+        return next;
+      }),
+    );
+    const settled = run.catch(() => {});
+    this.changing.set(id, settled);
+    void settled.then(() => {
+      if (this.changing.get(id) === settled) this.changing.delete(id);
     });
+    return run;
   }
 
   private changed(): void {

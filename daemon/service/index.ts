@@ -9,7 +9,7 @@ import { AuditService, type EntryFields, type EntryKind } from '../audit/index.j
 import { DocumentLibrary } from '../documents/index.js';
 import { buildApp, inProcessCaller, stopSchemaChecks, type DaemonState } from '../http/index.js';
 import { InternalCredentials } from '../auth/index.js';
-import { BatchRunner, BatchStore, FileStore } from '../batches/index.js';
+import { BatchLeases, BatchRunner, BatchStore, FileStore } from '../batches/index.js';
 import { KeyRegistry } from '../keys/index.js';
 import { Accounts } from '../accounts/index.js';
 import { UsageMeter } from '../usage/index.js';
@@ -131,7 +131,9 @@ export async function startDaemon(
   const keys = new KeyRegistry(store);
   const files = new FileStore(store, { ttlMs: config.files.ttlSeconds * 1000, maxBytesPerProject: config.files.maxBytesPerProject });
   const batches = new BatchStore(store, files);
-  const runner = new BatchRunner({ batches, files, log, parallel: config.batches.parallel });
+  // Replicas sharing the batches (store: postgres) run each on one of them, its lease's holder.
+  const leases = store.shared ? new BatchLeases(store) : null;
+  const runner = new BatchRunner({ batches, files, log, parallel: config.batches.parallel, leases });
   const credentials = new InternalCredentials(keys);
 
   let app: FastifyInstance | undefined;

@@ -5,7 +5,8 @@
 // Part of it is the state replicas share (SHARED_SPACES): with `store: "postgres"` that part lives in PostgreSQL and
 // the lmdb holds this replica's copy of it (postgres/state.ts); either way it is changed only through `update`.
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { hostname } from 'node:os';
+import { dirname, join } from 'node:path';
 import { open, type Database, type Key, type RootDatabase } from 'lmdb';
 import { PostgresState, type LocalCopy, type PostgresOptions } from './postgres/state.js';
 import { lmdbUpdate, type Tx } from './tx.js';
@@ -36,6 +37,15 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'responses-expiry',
   // Each replica's newest audit checkpoint, by its log's origin (daemon/audit/anchors.ts); the logs stay per replica.
   'audit-anchors',
+  'files',
+  'files-by-project',
+  'file-lines',
+  'files-loose',
+  'batches',
+  'batches-by-project',
+  'batches-active',
+  'batch-lines',
+  'batch-leases',
 ]);
 /** Named databases of raw bytes (values are Buffers as they are, not msgpack). */
 const BINARY_SPACES: ReadonlySet<string> = new Set(['document-vectors']);
@@ -235,6 +245,14 @@ export function openStore(dataDir: string): Store {
 }
 
 const localCopies = new WeakMap<Store, LocalCopy>();
+
+/**
+ * This replica as the shared records it writes name it (a batch's lease, an upload in progress): its host and data
+ * directory, the same across its restarts, so a replica that comes back knows its own records at once.
+ */
+export function replicaOf(store: Store): string {
+  return `${hostname()}:${dirname(store.path)}`;
+}
 
 /**
  * `find` on this copy, and on a miss (null or undefined) once more after catching up with PostgreSQL: what another

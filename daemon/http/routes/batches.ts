@@ -97,12 +97,14 @@ export function registerBatchRoutes(v1: FastifyInstance, deps: BatchRouteDeps): 
 
   const read = { schema: { params: ID_PARAMS }, config: { declaration: authenticated } };
   v1.get<{ Params: { id: string } }>('/batches/:id', read, async (request) => {
-    const record = deps.batches.get(projectOf(request), request.params.id);
+    const record = await deps.batches.fresh((b) => b.get(projectOf(request), request.params.id));
     if (!record) throw notFound(request.params.id);
     return batchObject(record);
   });
 
   v1.post<{ Params: { id: string } }>('/batches/:id/cancel', read, async (request) => {
+    // A batch made through another replica a moment ago is found here too (store: postgres).
+    await deps.batches.fresh((b) => b.get(projectOf(request), request.params.id));
     const record = await deps.batches.cancel(projectOf(request), request.params.id);
     if (!record) throw notFound(request.params.id);
     if (record.status !== 'cancelling' && record.status !== 'cancelled' && record.cancellingAt === null) {
@@ -135,7 +137,7 @@ async function create(deps: BatchRouteDeps, request: FastifyRequest<{ Body: Crea
   if (body.completion_window !== COMPLETION_WINDOW) {
     throw new ApiError('invalid_request_error', `completion_window must be '${COMPLETION_WINDOW}'.`, { param: 'completion_window' });
   }
-  const file = deps.files.get(project, body.input_file_id);
+  const file = await deps.files.fresh((f) => f.get(project, body.input_file_id));
   if (!file) {
     throw new ApiError(
       'not_found',

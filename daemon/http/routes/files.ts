@@ -86,12 +86,14 @@ export function registerFileRoutes(v1: FastifyInstance, deps: FileRouteDeps): vo
 
   const read = { schema: { params: ID_PARAMS }, config: { declaration: authenticated } };
   v1.get<{ Params: { id: string } }>('/files/:id', read, async (request) => {
-    const file = deps.files.get(projectOf(request), request.params.id);
+    const file = await deps.files.fresh((f) => f.get(projectOf(request), request.params.id));
     if (!file) throw notFound(request.params.id);
     return file;
   });
 
   v1.get<{ Params: { id: string } }>('/files/:id/content', read, async (request, reply) => {
+    // A file written through another replica a moment ago (an upload, a batch's output) is found here too.
+    await deps.files.fresh((f) => f.get(projectOf(request), request.params.id));
     const content = await deps.files.content(projectOf(request), request.params.id);
     if (!content) throw notFound(request.params.id);
     return reply.type('application/octet-stream').send(content);
@@ -100,7 +102,7 @@ export function registerFileRoutes(v1: FastifyInstance, deps: FileRouteDeps): vo
   v1.delete<{ Params: { id: string } }>('/files/:id', read, async (request) => {
     const project = projectOf(request);
     const id = request.params.id;
-    if (deps.files.get(project, id) && deps.batches.inUse(project, id)) {
+    if ((await deps.files.fresh((f) => f.get(project, id))) && deps.batches.inUse(project, id)) {
       throw new ApiError(
         'conflict',
         `File '${id}' is the input of a batch that has not ended. Cancel the batch (POST /v1/batches/{id}/cancel) and wait until it is cancelled, then delete the file.`,
