@@ -35,6 +35,8 @@ const configFor = (name: 'a' | 'b') => {
       dataDir: join(dir, name),
       store: 'postgres',
       postgres: { url: pg.url, passwordFile: pg.passwordFile, timeoutMs: 1000 },
+      // Two replicas on one host: each log needs an origin of its own.
+      audit: { origin: `sovereign/sa-riyadh-1/${name}` },
     }),
   );
   return file;
