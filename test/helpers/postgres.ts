@@ -8,5 +8,7 @@ export { postgresUnavailable, type Postgres } from '../fixtures/postgres.js';
 export async function startPostgres(t: Test, options: { fsync?: boolean } = {}): Promise<Postgres> {
   const cluster = await startPostgresCluster(options);
   t.teardown(() => cluster.close());
+  // A test process that dies on an uncaught error runs no teardown: the server must not outlive it.
+  process.once('exit', () => cluster.closeSync());
   return cluster;
 }
