@@ -17,9 +17,9 @@ const options = { url: postgres.url, passwordFile: postgres.passwordFile, timeou
   await pool.end();
 }
 
-async function replica(t: Test): Promise<Store> {
+async function replica(t: Test, timeoutMs = options.timeoutMs): Promise<Store> {
   const store = openStore(tempDir(t));
-  await connectShared(store, { store: 'postgres', postgres: options }, { serving: true });
+  await connectShared(store, { store: 'postgres', postgres: { ...options, timeoutMs } }, { serving: true });
   t.teardown(() => store.close());
   return store;
 }
@@ -106,4 +106,19 @@ t.test('usage whose commit failed before it reached PostgreSQL is added once it 
   await usage.close();
   const id = `${String(minute).padStart(10, '0')}|key_down|/v1/embeddings`;
   t.match(await stored('usage', id), { calls: 6, errors: 1 }, 'every call counted once');
+});
+
+t.test('changes queued together are committed whatever their size together', async (t) => {
+  const store = await replica(t, 10_000);
+  // As uploads of large files write them: lines some megabytes at a time, through many uploads at once.
+  const line = 'x'.repeat(4 << 20);
+  const results = await Promise.allSettled(
+    Array.from({ length: 72 }, (_, i) => store.update((tx) => tx.put('file-lines', [`file-big-${i}`, 0], line))),
+  );
+  const failed = results.filter((r) => r.status === 'rejected');
+  t.equal(failed.length, 0, `every change committed (${(failed[0] as PromiseRejectedResult | undefined)?.reason})`);
+  t.equal(await postgres.psql(`SELECT count(*) FROM state WHERE space = 'file-lines' AND key LIKE '["file-big-%'`, 'sovereign'), '72\n');
+  // Another replica copies them all, some at a time.
+  const other = await replica(t, 10_000);
+  t.equal(other.db<string, [string, number]>('file-lines').get(['file-big-71', 0])?.length, line.length, 'another replica holds them');
 });
