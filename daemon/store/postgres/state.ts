@@ -446,31 +446,49 @@ export class PostgresState {
     const run = this.catching.then(async () => {
       onStart?.();
       if (this.following) return this.awaitDaemon();
-      const purged = Number((await this.pool.query<{ seq: string }>('SELECT seq FROM state_purged')).rows[0]!.seq);
-      if (this.local.applied() < purged) {
-        // Removals this copy has not seen may be purged: it cannot be brought up to date, only rebuilt.
-        if (this.watching) throw new CopyTooOld(this.local.applied(), purged);
-        this.local.clear();
-      }
+      // A copy made from nothing needs no removal: what was removed before it copied a record is not there to copy.
+      let fromNothing = this.local.applied() === 0;
       for (;;) {
         const from = this.local.applied();
-        // At most PAGE rows, and no more than PAGE_BYTES of values past the first row (octet_length reads no value).
-        const { rows } = await this.pool.query<{
+        // At most PAGE rows, and no more than PAGE_BYTES of values past the first row (octet_length reads no value);
+        // with the highest change number purged, as of the same snapshot.
+        const { rows: page } = await this.pool.query<{
+          purged: string;
+          head: string;
           space: string;
           key: string;
           value: Buffer | null;
-          seq: string;
+          seq: string | null;
           writer: string;
           fetched: string;
         }>(
-          `SELECT space, key, value, seq, writer, fetched FROM (
-             SELECT *, sum(size) OVER (ORDER BY seq) - size AS before, count(*) OVER () AS fetched FROM (
-               SELECT space, key, value, seq, writer, coalesce(octet_length(value), 0) AS size
-               FROM state WHERE seq > $1 ORDER BY seq LIMIT $2) AS next) AS page
-           WHERE before <= $3 ORDER BY seq`,
+          `WITH next AS (
+             SELECT seq, coalesce(octet_length(value), 0) AS size FROM state WHERE seq > $1 ORDER BY seq LIMIT $2
+           ), sized AS (
+             SELECT seq, sum(size) OVER (ORDER BY seq) - size AS before, count(*) OVER () AS fetched FROM next
+           ), page AS (
+             SELECT s.space, s.key, s.value, s.seq, s.writer, sized.fetched FROM sized JOIN state s ON s.seq = sized.seq
+             WHERE sized.before <= $3
+           )
+           SELECT (SELECT seq FROM state_purged) AS purged, (SELECT seq FROM state_head) AS head, page.*
+           FROM (VALUES (1)) AS one LEFT JOIN page ON true ORDER BY page.seq`,
           [from, PAGE, PAGE_BYTES],
         );
-        if (rows.length === 0) return;
+        const purged = Number(page[0]!.purged);
+        if (!fromNothing && purged > from) {
+          // Removals this copy has not seen may be purged (before this catch-up, or during it, between two pages): it
+          // cannot be brought up to date, only rebuilt.
+          if (this.watching) throw new CopyTooOld(from, purged);
+          this.local.clear();
+          fromNothing = true;
+          continue;
+        }
+        const rows = page.filter((row): row is typeof row & { seq: string } => row.seq !== null);
+        // Fewer than asked for, and none left out for their size: there are no more, and the copy then holds every
+        // change up to the head, though the last ones left no row (removals since purged).
+        const last = rows.length === 0 || (rows.length === Number(rows[0]!.fetched) && rows.length < PAGE);
+        const to = last ? Number(page[0]!.head) : Number(rows[rows.length - 1]!.seq);
+        if (rows.length === 0 && to <= from) return;
         const known = rows.filter((row) => this.local.isShared(row.space));
         this.local.apply(
           known.map((row) => ({
@@ -479,10 +497,9 @@ export class PostgresState {
             value: row.value ? (unpack(row.value) as unknown) : undefined,
             theirs: row.writer !== this.writer,
           })),
-          Number(rows[rows.length - 1]!.seq),
+          to,
         );
-        // Fewer than asked for, and none left out for their size: there are no more.
-        if (rows.length === Number(rows[0]!.fetched) && rows.length < PAGE) return;
+        if (last) return;
       }
     });
     this.catching = run.catch(() => {});
