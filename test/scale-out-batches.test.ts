@@ -35,6 +35,8 @@ const configFor = (name: 'a' | 'b') => {
       dataDir: join(dir, name),
       store: 'postgres',
       postgres: { url: pg.url, passwordFile: pg.passwordFile, timeoutMs: 1000 },
+      // Two logs never share an origin, and the default names the host, which these replicas share.
+      audit: { origin: `sovereign/sa-riyadh-1/${name}` },
     }),
   );
   return file;
