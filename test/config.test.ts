@@ -73,6 +73,27 @@ t.test('wrong types and values name the key', async (t) => {
   t.match(json.json.error.problems.join('\n'), /listen\.port/);
 });
 
+t.test('postgres.url names no password: not before the host, nor in its options', async (t) => {
+  const problems = (url: string) =>
+    problemsOf(() => loadConfig({ config: write('pg.json', { store: 'postgres', postgres: { url } }) }, {}))
+      .filter((p) => p.includes('postgres.url'))
+      .join('\n');
+  for (const url of [
+    'postgres://sovereign@10.0.0.7:5432/sovereign',
+    'postgresql://sovereign@db.example.org/sovereign?sslmode=verify-full&sslrootcert=/etc/ca.pem',
+  ]) {
+    t.equal(problems(url), '', `${url} is accepted`);
+  }
+  for (const url of [
+    'postgres://sovereign:hunter2@10.0.0.7/sovereign',
+    'postgres://sovereign@10.0.0.7/sovereign?password=hunter2',
+    'postgres://sovereign@10.0.0.7/sovereign?sslmode=require&password=hunter2',
+    'postgres://sovereign@10.0.0.7/sovereign?sslpassword=hunter2',
+  ]) {
+    t.match(problems(url), /postgres\.url/, `${url} is refused`);
+  }
+});
+
 t.test('a file that is not JSON says so', async (t) => {
   const file = write('broken.json', '{ "posture": ');
   const r = cli(['config', 'check', '--config', file]);

@@ -167,9 +167,10 @@ export const configSchema = {
       properties: {
         url: {
           type: 'string',
-          pattern: '^postgres(ql)?://[^\\s:@/?#]+@[^\\s@/?#]+/[^\\s@/?#]+(\\?[^\\s@#]*)?$',
+          // No password before the host, nor as an option (pg reads '?password=' and '?sslpassword=' too).
+          pattern: '^postgres(ql)?://[^\\s:@/?#]+@[^\\s@/?#]+/[^\\s@/?#]+(\\?(?!(ssl)?password=|[^#]*&(ssl)?password=)[^\\s@#]*)?$',
           description:
-            "The database, e.g. postgres://sovereign@10.0.0.7:5432/sovereign (a user, a host and a database; TLS options such as '?sslmode=verify-full' may follow); the password goes in passwordFile, never here.",
+            "The database, e.g. postgres://sovereign@10.0.0.7:5432/sovereign (a user, a host and a database; TLS options such as '?sslmode=verify-full' may follow); the password goes in passwordFile, never here (nor as '?password=').",
         },
         passwordFile: {
           type: 'string',

@@ -26,6 +26,8 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'usage',
   'usage-daily',
   'key-last-used',
+  // Marks of usage flushes (daemon/usage/index.ts), so that one whose commit's outcome was lost is not added twice.
+  'usage-flushes',
   'documents',
   'document-chunks',
   'documents-by-kb',

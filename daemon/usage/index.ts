@@ -3,6 +3,7 @@
 // usage export`), and when each key was last used. Counting is a map increment after the response has gone; the
 // counts reach lmdb every few seconds (and at close), so a crash loses at most those seconds of counts. The audit
 // log, not this, is the record of every call.
+import { randomBytes } from 'node:crypto';
 import type { Database } from 'lmdb';
 import type { Counts, Store } from '../store/index.js';
 
@@ -40,6 +41,9 @@ const DAY = 24 * 60 * MINUTE;
 const FLUSH_MS = 5_000;
 /** Minutes of counts kept: 30 days. */
 const KEEP_MINUTES = 30 * 24 * 60;
+/** How long a flush's mark (store: postgres) is kept: far longer than any flush is tried again. */
+const KEEP_MARKS_MS = 2 * DAY;
+const markKey = (at: number) => String(at).padStart(15, '0');
 
 /** `minute|key|route` (or `day|key|route`): the time first, so a time range is one key range. */
 const bucketKey = (minute: number, key: string, route: string) => `${String(minute).padStart(10, '0')}|${key}|${route}`;
@@ -51,6 +55,12 @@ export class UsageMeter {
   private readonly daily: Database<UsageCounts, string>;
   private readonly lastUsedDb: Database<number, string>;
   private pending = new Map<string, UsageCounts>();
+  /**
+   * Counts whose flush failed, each with the mark its change wrote. With PostgreSQL a failed commit may have gone
+   * through (its COMMIT was sent, the answer was lost or late): the next flush adds them only where their mark is not
+   * in the shared state, so no count is added twice.
+   */
+  private unsure: Array<{ mark: string; counts: Map<string, UsageCounts> }> = [];
   private readonly lastUsedAt = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
@@ -159,28 +169,46 @@ export class UsageMeter {
     this.flushing = this.flushing.then(async () => {
       const batch = this.pending;
       const lastUsed = [...this.lastUsedAt];
+      const retried = this.unsure;
       this.pending = new Map();
-      if (!batch.size) return;
+      this.unsure = [];
+      if (!batch.size && !retried.length) return;
+      const now = Date.now();
+      const flushes = [...retried, ...(batch.size ? [{ mark: `${markKey(now)}|${randomBytes(6).toString('hex')}`, counts: batch }] : [])];
+      // Only PostgreSQL's commits can fail and yet have gone through; lmdb's fail whole.
+      const marked = this.store.shared !== null;
       try {
         // Added, not written over: other replicas add their counts to the same minutes and days.
         await this.store.update((tx) => {
-          for (const [id, counts] of batch) {
-            tx.add('usage', id, counts as unknown as Counts);
-            // The same counts, added to their day's (the minute's index times 60 s falls in exactly one day).
-            const [minute, key, route] = id.split('|') as [string, string, string];
-            tx.add('usage-daily', bucketKey(Math.floor((Number(minute) * MINUTE) / DAY), key, route), counts as unknown as Counts);
+          for (const { mark, counts: buckets } of flushes) {
+            if (marked) {
+              // Read in the change: a commit of the same mark still under way in PostgreSQL makes this one run again.
+              if (tx.get('usage-flushes', mark) !== undefined) continue;
+              tx.put('usage-flushes', mark, true);
+            }
+            for (const [id, counts] of buckets) {
+              tx.add('usage', id, counts as unknown as Counts);
+              // The same counts, added to their day's (the minute's index times 60 s falls in exactly one day).
+              const [minute, key, route] = id.split('|') as [string, string, string];
+              tx.add('usage-daily', bucketKey(Math.floor((Number(minute) * MINUTE) / DAY), key, route), counts as unknown as Counts);
+            }
           }
           for (const [key, at] of lastUsed) if ((tx.get<number>('key-last-used', key) ?? 0) < at) tx.put('key-last-used', key, at);
-          const horizon = rangeStart(Math.floor(Date.now() / MINUTE) - KEEP_MINUTES);
+          const horizon = rangeStart(Math.floor(now / MINUTE) - KEEP_MINUTES);
           for (const { key } of tx.range('usage', { end: horizon })) tx.remove('usage', key);
-          const billingHorizon = rangeStart(Math.floor(Date.now() / DAY) - this.billingDays);
+          const billingHorizon = rangeStart(Math.floor(now / DAY) - this.billingDays);
           for (const { key } of tx.range('usage-daily', { end: billingHorizon })) tx.remove('usage-daily', key);
+          if (marked)
+            for (const { key } of tx.range('usage-flushes', { end: markKey(now - KEEP_MARKS_MS) })) tx.remove('usage-flushes', key);
         });
       } catch (err) {
-        for (const [id, counts] of batch) {
-          const newer = this.pending.get(id);
-          if (newer) add(newer, counts);
-          else this.pending.set(id, counts);
+        if (marked) this.unsure = [...flushes, ...this.unsure];
+        else {
+          for (const [id, counts] of batch) {
+            const newer = this.pending.get(id);
+            if (newer) add(newer, counts);
+            else this.pending.set(id, counts);
+          }
         }
         this.onError(err as Error);
       }

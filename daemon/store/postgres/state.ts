@@ -19,12 +19,20 @@ import { schemaProblem, schemaVersion } from './migrations.js';
 export const STALE_MS = 1_000;
 /** How often a replica asks PostgreSQL for the newest change number, notifications or not. */
 const POLL_MS = 200;
-/** Rows copied per query and per lmdb transaction while catching up. */
+/** Rows copied per query and per lmdb transaction while catching up; fewer when they are large (PAGE_BYTES). */
 const PAGE = 2_000;
+/** Bytes of values copied per query at most (but at least one row). */
+const PAGE_BYTES = 32 << 20;
 /** Times a change is tried again on a newer copy when something it read changed meanwhile. */
 const ATTEMPTS = 20;
-/** Changes committed together at most: bounds one transaction's statement sizes. */
+/** Changes committed together at most, and their bytes (a change larger alone goes alone). */
 const MAX_BATCH = 256;
+const MAX_BATCH_BYTES = 16 << 20;
+/**
+ * Bytes of values written per statement at most (but at least one row): pg sends an array of bytea as text, two
+ * characters a byte, and a JavaScript string holds at most about 512 MB.
+ */
+const STATEMENT_BYTES = 16 << 20;
 const CHANNEL = 'sovereign_state';
 /** Hours a removed record's row is kept for replicas catching up, before it is purged. */
 const TOMBSTONE_HOURS = 1;
@@ -123,6 +131,8 @@ interface Pending {
   snapshot: number;
   reads: Set<string>;
   writes: Write[];
+  /** Bytes of its writes' values. */
+  bytes: number;
   resolve(committed: boolean): void;
   reject(err: unknown): void;
 }
@@ -132,6 +142,8 @@ interface Write {
   key: Key;
   kind: 'put' | 'remove' | 'add';
   value?: unknown;
+  /** A put's value as stored (msgpack), packed when the change is made. */
+  packed?: Buffer;
   counts?: Counts;
 }
 
@@ -279,8 +291,16 @@ export class PostgresState {
    * row until PostgreSQL has flushed them, so one transaction of many changes costs one flush, not one each.
    */
   private commit(snapshot: number, reads: Set<string>, writes: Write[]): Promise<boolean> {
+    // Packed now, as the change was made: a value that cannot be packed fails its own change, not the others
+    // committed with it, and the batch knows its size.
+    let bytes = 0;
+    for (const w of writes) {
+      // undefined is stored as none (a removal), as before.
+      if (w.kind === 'put' && w.value !== undefined) w.packed = pack(w.value);
+      bytes += (w.packed?.length ?? 16) + w.space.length + 16;
+    }
     return new Promise((resolve, reject) => {
-      this.queued.push({ snapshot, reads, writes, resolve, reject });
+      this.queued.push({ snapshot, reads, writes, bytes, resolve, reject });
       this.flushQueue();
     });
   }
@@ -291,7 +311,12 @@ export class PostgresState {
   private flushQueue(): void {
     if (this.committing || this.queued.length === 0) return;
     this.committing = true;
-    const batch = this.queued.splice(0, MAX_BATCH);
+    let take = 1;
+    for (let bytes = this.queued[0]!.bytes; take < Math.min(this.queued.length, MAX_BATCH); take++) {
+      bytes += this.queued[take]!.bytes;
+      if (bytes > MAX_BATCH_BYTES) break;
+    }
+    const batch = this.queued.splice(0, take);
     this.commitBatch(batch)
       .then(
         (committed) => batch.forEach((change, i) => change.resolve(committed[i]!)),
@@ -340,14 +365,20 @@ export class PostgresState {
           current.set(id, row.value ? (unpack(row.value) as unknown) : undefined);
         }
       }
-      const written = new Map<string, { space: string; key: Key; value: unknown }>();
+      const written = new Map<string, { space: string; key: Key; value: Buffer | null }>();
       const committed = batch.map((change) => {
         for (const id of change.reads) if ((numbered.get(id) ?? 0) > change.snapshot || written.has(id)) return false;
         for (const w of change.writes) {
           const id = idOf(w.space, w.key);
-          const value =
-            w.kind === 'remove' ? undefined : w.kind === 'add' ? addCounts(current.get(id) as object | undefined, w.counts!) : w.value;
-          current.set(id, value);
+          let value: Buffer | null = null;
+          if (w.kind === 'put') {
+            current.set(id, w.value);
+            value = w.packed ?? null;
+          } else if (w.kind === 'add') {
+            const sum = addCounts(current.get(id) as object | undefined, w.counts!);
+            current.set(id, sum);
+            value = pack(sum);
+          } else current.set(id, undefined);
           // Numbered after every record written before it, even one it writes again.
           written.delete(id);
           written.set(id, { space: w.space, key: w.key, value });
@@ -359,18 +390,22 @@ export class PostgresState {
         return committed;
       }
       const rows = [...written.values()];
-      await client.query(
-        `INSERT INTO state (space, key, value, seq, writer)
-         SELECT space, key, value, $4 + n, $5 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
-         ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq, writer = EXCLUDED.writer, written_at = now()`,
-        [
-          rows.map((r) => r.space),
-          rows.map((r) => JSON.stringify(r.key)),
-          rows.map((r) => (r.value === undefined ? null : pack(r.value))),
-          head,
-          this.writer,
-        ],
-      );
+      // Some rows a statement, numbered on from the last.
+      for (let from = 0; from < rows.length;) {
+        let to = from + 1;
+        for (let bytes = rows[from]!.value?.length ?? 0; to < rows.length; to++) {
+          bytes += rows[to]!.value?.length ?? 0;
+          if (bytes > STATEMENT_BYTES) break;
+        }
+        const slice = rows.slice(from, to);
+        await client.query(
+          `INSERT INTO state (space, key, value, seq, writer)
+           SELECT space, key, value, $4 + n, $5 FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS w(space, key, value, n)
+           ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq, writer = EXCLUDED.writer, written_at = now()`,
+          [slice.map((r) => r.space), slice.map((r) => JSON.stringify(r.key)), slice.map((r) => r.value), head + from, this.writer],
+        );
+        from = to;
+      }
       const next = head + rows.length;
       await client.query('UPDATE state_head SET seq = $1', [next]);
       await client.query('SELECT pg_notify($1, $2)', [CHANNEL, String(next)]);
@@ -411,19 +446,49 @@ export class PostgresState {
     const run = this.catching.then(async () => {
       onStart?.();
       if (this.following) return this.awaitDaemon();
-      const purged = Number((await this.pool.query<{ seq: string }>('SELECT seq FROM state_purged')).rows[0]!.seq);
-      if (this.local.applied() < purged) {
-        // Removals this copy has not seen may be purged: it cannot be brought up to date, only rebuilt.
-        if (this.watching) throw new CopyTooOld(this.local.applied(), purged);
-        this.local.clear();
-      }
+      // A copy made from nothing needs no removal: what was removed before it copied a record is not there to copy.
+      let fromNothing = this.local.applied() === 0;
       for (;;) {
         const from = this.local.applied();
-        const { rows } = await this.pool.query<{ space: string; key: string; value: Buffer | null; seq: string; writer: string }>(
-          'SELECT space, key, value, seq, writer FROM state WHERE seq > $1 ORDER BY seq LIMIT $2',
-          [from, PAGE],
+        // At most PAGE rows, and no more than PAGE_BYTES of values past the first row (octet_length reads no value);
+        // with the highest change number purged, as of the same snapshot.
+        const { rows: page } = await this.pool.query<{
+          purged: string;
+          head: string;
+          space: string;
+          key: string;
+          value: Buffer | null;
+          seq: string | null;
+          writer: string;
+          fetched: string;
+        }>(
+          `WITH next AS (
+             SELECT seq, coalesce(octet_length(value), 0) AS size FROM state WHERE seq > $1 ORDER BY seq LIMIT $2
+           ), sized AS (
+             SELECT seq, sum(size) OVER (ORDER BY seq) - size AS before, count(*) OVER () AS fetched FROM next
+           ), page AS (
+             SELECT s.space, s.key, s.value, s.seq, s.writer, sized.fetched FROM sized JOIN state s ON s.seq = sized.seq
+             WHERE sized.before <= $3
+           )
+           SELECT (SELECT seq FROM state_purged) AS purged, (SELECT seq FROM state_head) AS head, page.*
+           FROM (VALUES (1)) AS one LEFT JOIN page ON true ORDER BY page.seq`,
+          [from, PAGE, PAGE_BYTES],
         );
-        if (rows.length === 0) return;
+        const purged = Number(page[0]!.purged);
+        if (!fromNothing && purged > from) {
+          // Removals this copy has not seen may be purged (before this catch-up, or during it, between two pages): it
+          // cannot be brought up to date, only rebuilt.
+          if (this.watching) throw new CopyTooOld(from, purged);
+          this.local.clear();
+          fromNothing = true;
+          continue;
+        }
+        const rows = page.filter((row): row is typeof row & { seq: string } => row.seq !== null);
+        // Fewer than asked for, and none left out for their size: there are no more, and the copy then holds every
+        // change up to the head, though the last ones left no row (removals since purged).
+        const last = rows.length === 0 || (rows.length === Number(rows[0]!.fetched) && rows.length < PAGE);
+        const to = last ? Number(page[0]!.head) : Number(rows[rows.length - 1]!.seq);
+        if (rows.length === 0 && to <= from) return;
         const known = rows.filter((row) => this.local.isShared(row.space));
         this.local.apply(
           known.map((row) => ({
@@ -432,9 +497,9 @@ export class PostgresState {
             value: row.value ? (unpack(row.value) as unknown) : undefined,
             theirs: row.writer !== this.writer,
           })),
-          Number(rows[rows.length - 1]!.seq),
+          to,
         );
-        if (rows.length < PAGE) return;
+        if (last) return;
       }
     });
     this.catching = run.catch(() => {});
