@@ -573,7 +573,6 @@ function sharedStoreReport(
     const r = rate ? shared.rates.get(rate)! : shared.saturation;
     const lmdb = ours && (rate ? ours.rates.get(rate)! : ours.saturation);
     const base = floor && (rate ? floor.rates.get(rate) : floor.saturation);
-    const windows = rate ? shared.rateRounds.get(rate)! : shared.saturations;
     const parts = [
       rate
         ? `${latency(r, base)}${lmdb ? ` against ${latency(lmdb, base)}` : ''}`
@@ -585,7 +584,7 @@ function sharedStoreReport(
               : ''
           }`,
       `daemon cpu ${r.cpuPerCall.toFixed(3)}${lmdb ? ` against ${lmdb.cpuPerCall.toFixed(3)}` : ''} ms/call`,
-      `PostgreSQL ${r.pgCpuPerCall.toFixed(3)} ms/call (${pct(coreShare(windows))} of a core)`,
+      `PostgreSQL ${r.pgCpuPerCall.toFixed(3)} ms/call (${pct(coreShare([r]))} of a core)`,
     ];
     lines.push(`  ${(rate ? `${rate}/s` : 'saturation').padEnd(10)} ${parts.join('; ')}`);
   }
