@@ -155,15 +155,23 @@ export function openStore(dataDir: string): Store {
   const readOnly = (name: string): Database<unknown, Key> => {
     let db = guarded.get(name);
     if (!db) {
+      // Methods are bound once: authentication reads through here on every call.
+      const bound = new Map<PropertyKey, unknown>();
       db = new Proxy(raw(name), {
         get(target, prop, receiver) {
+          let method = bound.get(prop);
+          if (method !== undefined) return method;
           if (typeof prop === 'string' && WRITES.has(prop)) {
-            return () => {
+            method = () => {
               throw new Error(`'${name}' is shared state: change it through store.update, not lmdb's ${prop}`);
             };
+          } else {
+            const value = Reflect.get(target, prop, receiver) as unknown;
+            if (typeof value !== 'function') return value;
+            method = (value as (...args: unknown[]) => unknown).bind(target);
           }
-          const value = Reflect.get(target, prop, receiver) as unknown;
-          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+          bound.set(prop, method);
+          return method;
         },
       });
       guarded.set(name, db);
