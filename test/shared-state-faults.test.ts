@@ -3,10 +3,12 @@
 // counted twice; changes queued together must not fail together because of their size.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { unpack } from 'msgpackr';
 import t, { type Test } from 'tap';
+import { DocumentLibrary } from '../daemon/documents/index.js';
+import { noRedactions } from '../daemon/scrub/index.js';
 import { connectionConfig, connectShared, migrate, openStore, type Store } from '../daemon/store/index.js';
 import { UsageMeter } from '../daemon/usage/index.js';
 import { tempDir } from './helpers/daemon.js';
@@ -178,6 +180,40 @@ t.test('a replica that starts when the newest changes are removals since purged 
   await connectShared(cli, { store: 'postgres', postgres: options }, { serving: false, daemonRunning: true });
   await cli.refresh();
   await cli.close();
+});
+
+t.test('documents added at once through two replicas are all stored, with chunk ids none shares', async (t) => {
+  const libraries = await Promise.all(
+    [0, 1].map(async () => {
+      const store = await replica(t, 5_000);
+      const library = new DocumentLibrary(store, {
+        chunksPerDocument: 1000,
+        documentsPerKnowledgeBase: 10_000,
+        vectorsDir: join(tempDir(t), 'vectors'),
+        log: { info: () => {}, warn: () => {} },
+      });
+      await library.open();
+      t.teardown(() => library.close());
+      return library;
+    }),
+  );
+  // As clients uploading folders, 100 requests at once on each replica: each change takes the next chunk ids, one
+  // record they all read and write.
+  const results = await Promise.allSettled(
+    Array.from({ length: 200 }, (_, i) =>
+      libraries[i % 2]!.add('p1', {
+        knowledgeBase: 'kb',
+        content: `Document ${i} about the branch office.`,
+        filename: null,
+        metadata: null,
+        redactions: noRedactions(),
+      }),
+    ),
+  );
+  const failed = results.filter((r) => r.status === 'rejected');
+  t.equal(failed.length, 0, `every document stored (${failed.length} not: ${(failed[0] as PromiseRejectedResult | undefined)?.reason})`);
+  const chunkIds = results.flatMap((r) => (r.status === 'fulfilled' ? r.value.chunkIds : []));
+  t.equal(new Set(chunkIds).size, chunkIds.length, 'no chunk id taken twice');
 });
 
 t.test('changes queued together are committed whatever their size together', async (t) => {
