@@ -182,6 +182,23 @@ t.test('a replica that starts when the newest changes are removals since purged 
   await cli.close();
 });
 
+t.test('a replica cut off from PostgreSQL refuses within a second though its wall clock is set back', async (t) => {
+  const store = await replica(t, 400);
+  t.equal(store.shared!.staleness(), null, 'current while PostgreSQL answers');
+  await postgres.stop({ immediate: true });
+  const realNow = Date.now;
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    // NTP steps the clock back (a virtual machine resumed, a wrong time corrected).
+    Date.now = () => realNow() - 60_000;
+    t.throws(() => store.shared!.assertFresh(), { name: 'SharedStateUnavailable' }, 'authentication is refused');
+    t.not(store.shared!.staleness(), null, 'health says why');
+  } finally {
+    Date.now = realNow;
+    await postgres.start();
+  }
+});
+
 t.test('documents added at once through two replicas are all stored, with chunk ids none shares', async (t) => {
   const libraries = await Promise.all(
     [0, 1].map(async () => {

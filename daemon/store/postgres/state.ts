@@ -157,8 +157,11 @@ export class PostgresState {
   private polling: Promise<void> | null = null;
   private pollAgain = false;
   private catching: Promise<void> = Promise.resolve();
-  /** When the copy was last known to hold every change (the start of the poll that confirmed it). */
-  private confirmedAt = 0;
+  /**
+   * When the copy was last known to hold every change (the start of the poll that confirmed it), on the monotonic
+   * clock: a wall clock set back (NTP stepping it, a virtual machine resumed) must not stretch the revocation bound.
+   */
+  private confirmedAt = -Infinity;
   private failure: { problem: string; since: string } | null = null;
   private closed = false;
   /** Whether this process enforces the staleness bound (a serving replica) or only commits (the CLI). */
@@ -200,7 +203,7 @@ export class PostgresState {
       const problem = schemaProblem(version);
       if (problem) throw new Error(problem);
       if (mode.rebuild) local.clear();
-      const started = Date.now();
+      const started = performance.now();
       await state.catchUp();
       state.confirmedAt = started;
       if (mode.watch) await state.watch();
@@ -564,7 +567,7 @@ export class PostgresState {
       this.pollAgain = true;
       return;
     }
-    const started = Date.now();
+    const started = performance.now();
     this.polling = (async () => {
       try {
         if (!this.listener) await this.listen();
@@ -618,16 +621,17 @@ export class PostgresState {
    * Why the copy cannot be trusted now, or null when it can: a serving replica that has not confirmed its copy within
    * STALE_MS. Health reports it; authentication refuses to run on it.
    */
-  staleness(now = Date.now()): { problem: string; since: string } | null {
+  staleness(now = performance.now()): { problem: string; since: string } | null {
     if (!this.watching || now - this.confirmedAt <= STALE_MS) return null;
+    const unseen = Math.round(now - this.confirmedAt);
     return {
-      problem: `${this.failure?.problem ?? 'PostgreSQL has not confirmed the shared state'}; this replica has not seen its changes for ${now - this.confirmedAt} ms, so it authenticates no call until it does (a key revoked elsewhere must not work here)`,
-      since: this.failure?.since ?? new Date(this.confirmedAt + STALE_MS).toISOString(),
+      problem: `${this.failure?.problem ?? 'PostgreSQL has not confirmed the shared state'}; this replica has not seen its changes for ${unseen} ms, so it authenticates no call until it does (a key revoked elsewhere must not work here)`,
+      since: this.failure?.since ?? new Date(Date.now() - (Number.isFinite(unseen) ? unseen - STALE_MS : 0)).toISOString(),
     };
   }
 
-  /** Throws SharedStateUnavailable while the copy cannot be trusted. */
-  assertFresh(now = Date.now()): void {
+  /** Throws SharedStateUnavailable while the copy cannot be trusted (`now` on the monotonic clock, performance.now). */
+  assertFresh(now = performance.now()): void {
     if (this.watching && now - this.confirmedAt > STALE_MS) throw new SharedStateUnavailable(this.staleness(now)!.problem);
   }
 
