@@ -218,7 +218,7 @@ t.test('documents added at once through two replicas are all stored, with chunk 
   // record they all read and write.
   const results = await Promise.allSettled(
     Array.from({ length: 200 }, (_, i) =>
-      libraries[i % 2]!.add('p1', {
+      libraries[i % 2].add('p1', {
         knowledgeBase: 'kb',
         content: `Document ${i} about the branch office.`,
         filename: null,
