@@ -199,6 +199,28 @@ t.test('a replica cut off from PostgreSQL refuses within a second though its wal
   }
 });
 
+t.test(
+  'a replica whose PostgreSQL went back in time (restored, or failed over to a standby behind it) stops trusting its copy',
+  async (t) => {
+    const store = await replica(t, 2_000);
+    const writer = await replica(t, 2_000);
+    await writer.update((tx) => tx.put('sessions', 'before-restore', { userId: 'user_1', expiresAt: Date.now() + 3_600_000 }));
+    const head = Number(await postgres.psql('SELECT seq FROM state_head', 'sovereign'));
+    for (let i = 0; i < 3; i++) await writer.update((tx) => tx.put('sessions', `lost-${i}`, { userId: 'user_1', expiresAt: 0 }));
+    await store.refresh();
+    // The database as a backup taken before the last three changes holds it: the numbers they had will be given again,
+    // to other changes (a key revoked, say), which a copy that holds the lost ones would never take in.
+    await postgres.psql(`DELETE FROM state WHERE seq > ${head}; UPDATE state_head SET seq = ${head};`, 'sovereign');
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    t.throws(() => store.shared!.assertFresh(), { name: 'SharedStateUnavailable' }, 'the replica authenticates no call');
+    t.match(store.shared!.staleness()?.problem, /restart/, 'and says to restart it');
+    // Nor once new changes take the head past what the copy held.
+    for (let i = 0; i < 5; i++) await writer.update((tx) => tx.put('sessions', `after-${i}`, { userId: 'user_1', expiresAt: 0 }));
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    t.throws(() => store.shared!.assertFresh(), { name: 'SharedStateUnavailable' }, 'it stays so until restarted');
+  },
+);
+
 t.test('documents added at once through two replicas are all stored, with chunk ids none shares', async (t) => {
   const libraries = await Promise.all(
     [0, 1].map(async () => {

@@ -84,6 +84,19 @@ class CopyTooOld extends Error {
   }
 }
 
+/**
+ * PostgreSQL holds fewer changes than this copy: it went back in time (restored from a backup, or failed over to a
+ * standby that had not received the last commits). The numbers of the changes lost will be given to new ones, which a
+ * copy past them would never take in (a key revoked, unseen): only a rebuild helps.
+ */
+class CopyAhead extends Error {
+  constructor(applied: number, head: number) {
+    super(
+      `this replica's copy of the shared state holds changes up to ${applied}, but PostgreSQL's last is ${head}: the database went back in time (restored, or failed over to a standby behind it); restart this replica to rebuild its copy`,
+    );
+  }
+}
+
 /** Errors that mean PostgreSQL cannot be reached or cannot serve now, not that a statement is wrong. */
 function unavailable(err: unknown): boolean {
   if (err instanceof SharedStateUnavailable) return true;
@@ -163,6 +176,8 @@ export class PostgresState {
    */
   private confirmedAt = -Infinity;
   private failure: { problem: string; since: string } | null = null;
+  /** A failure only a restart ends (noteLasting): the copy is never confirmed again. */
+  private lasting = false;
   private closed = false;
   /** Whether this process enforces the staleness bound (a serving replica) or only commits (the CLI). */
   private watching = false;
@@ -478,6 +493,12 @@ export class PostgresState {
           [from, PAGE, PAGE_BYTES],
         );
         const purged = Number(page[0]!.purged);
+        if (!fromNothing && Number(page[0]!.head) < from) {
+          if (this.watching) throw new CopyAhead(from, Number(page[0]!.head));
+          this.local.clear();
+          fromNothing = true;
+          continue;
+        }
         if (!fromNothing && purged > from) {
           // Removals this copy has not seen may be purged (before this catch-up, or during it, between two pages): it
           // cannot be brought up to date, only rebuilt.
@@ -562,7 +583,7 @@ export class PostgresState {
 
   /** Reads the newest change number and copies up to it; a success confirms the copy as of the poll's start. */
   private poll(): void {
-    if (this.closed) return;
+    if (this.closed || this.lasting) return;
     if (this.polling) {
       this.pollAgain = true;
       return;
@@ -572,14 +593,16 @@ export class PostgresState {
       try {
         if (!this.listener) await this.listen();
         const { rows } = await this.pool.query<{ seq: string }>('SELECT seq FROM state_head');
-        if (Number(rows[0]!.seq) > this.local.applied()) await this.catchUp();
+        const head = Number(rows[0]!.seq);
+        if (head < this.local.applied()) throw new CopyAhead(this.local.applied(), head);
+        if (head > this.local.applied()) await this.catchUp();
         this.confirmedAt = started;
         if (this.failure) {
           this.log('info', 'PostgreSQL answers again; the shared state is current', { down_since: this.failure.since });
           this.failure = null;
         }
       } catch (err) {
-        if (err instanceof CopyTooOld) this.noteLasting(err.message);
+        if (err instanceof CopyTooOld || err instanceof CopyAhead) this.noteLasting(err.message);
         else this.noteFailure(err);
       } finally {
         this.polling = null;
@@ -593,6 +616,7 @@ export class PostgresState {
 
   /** A failure only a restart ends: the replica stays unready (503), and says so once. */
   private noteLasting(problem: string): void {
+    this.lasting = true;
     if (this.failure?.problem === problem) return;
     this.failure = { problem, since: new Date().toISOString() };
     this.log('error', problem);
