@@ -3,10 +3,12 @@
 // counted twice; changes queued together must not fail together because of their size.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { unpack } from 'msgpackr';
 import t, { type Test } from 'tap';
+import { DocumentLibrary } from '../daemon/documents/index.js';
+import { noRedactions } from '../daemon/scrub/index.js';
 import { connectionConfig, connectShared, migrate, openStore, type Store } from '../daemon/store/index.js';
 import { UsageMeter } from '../daemon/usage/index.js';
 import { tempDir } from './helpers/daemon.js';
@@ -178,6 +180,79 @@ t.test('a replica that starts when the newest changes are removals since purged 
   await connectShared(cli, { store: 'postgres', postgres: options }, { serving: false, daemonRunning: true });
   await cli.refresh();
   await cli.close();
+});
+
+t.test('a replica cut off from PostgreSQL refuses within a second though its wall clock is set back', async (t) => {
+  const store = await replica(t, 400);
+  t.equal(store.shared!.staleness(), null, 'current while PostgreSQL answers');
+  await postgres.stop({ immediate: true });
+  const realNow = Date.now;
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    // NTP steps the clock back (a virtual machine resumed, a wrong time corrected).
+    Date.now = () => realNow() - 60_000;
+    t.throws(() => store.shared!.assertFresh(), { name: 'SharedStateUnavailable' }, 'authentication is refused');
+    t.not(store.shared!.staleness(), null, 'health says why');
+  } finally {
+    Date.now = realNow;
+    await postgres.start();
+  }
+});
+
+t.test(
+  'a replica whose PostgreSQL went back in time (restored, or failed over to a standby behind it) stops trusting its copy',
+  async (t) => {
+    const store = await replica(t, 2_000);
+    const writer = await replica(t, 2_000);
+    await writer.update((tx) => tx.put('sessions', 'before-restore', { userId: 'user_1', expiresAt: Date.now() + 3_600_000 }));
+    const head = Number(await postgres.psql('SELECT seq FROM state_head', 'sovereign'));
+    for (let i = 0; i < 3; i++) await writer.update((tx) => tx.put('sessions', `lost-${i}`, { userId: 'user_1', expiresAt: 0 }));
+    await store.refresh();
+    // The database as a backup taken before the last three changes holds it: the numbers they had will be given again,
+    // to other changes (a key revoked, say), which a copy that holds the lost ones would never take in.
+    await postgres.psql(`DELETE FROM state WHERE seq > ${head}; UPDATE state_head SET seq = ${head};`, 'sovereign');
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    t.throws(() => store.shared!.assertFresh(), { name: 'SharedStateUnavailable' }, 'the replica authenticates no call');
+    t.match(store.shared!.staleness()?.problem, /restart/, 'and says to restart it');
+    // Nor once new changes take the head past what the copy held.
+    for (let i = 0; i < 5; i++) await writer.update((tx) => tx.put('sessions', `after-${i}`, { userId: 'user_1', expiresAt: 0 }));
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    t.throws(() => store.shared!.assertFresh(), { name: 'SharedStateUnavailable' }, 'it stays so until restarted');
+  },
+);
+
+t.test('documents added at once through two replicas are all stored, with chunk ids none shares', async (t) => {
+  const libraries = await Promise.all(
+    [0, 1].map(async () => {
+      const store = await replica(t, 5_000);
+      const library = new DocumentLibrary(store, {
+        chunksPerDocument: 1000,
+        documentsPerKnowledgeBase: 10_000,
+        vectorsDir: join(tempDir(t), 'vectors'),
+        log: { info: () => {}, warn: () => {} },
+      });
+      await library.open();
+      t.teardown(() => library.close());
+      return library;
+    }),
+  );
+  // As clients uploading folders, 100 requests at once on each replica: each change takes the next chunk ids, one
+  // record they all read and write.
+  const results = await Promise.allSettled(
+    Array.from({ length: 200 }, (_, i) =>
+      libraries[i % 2].add('p1', {
+        knowledgeBase: 'kb',
+        content: `Document ${i} about the branch office.`,
+        filename: null,
+        metadata: null,
+        redactions: noRedactions(),
+      }),
+    ),
+  );
+  const failed = results.filter((r) => r.status === 'rejected');
+  t.equal(failed.length, 0, `every document stored (${failed.length} not: ${(failed[0] as PromiseRejectedResult | undefined)?.reason})`);
+  const chunkIds = results.flatMap((r) => (r.status === 'fulfilled' ? r.value.chunkIds : []));
+  t.equal(new Set(chunkIds).size, chunkIds.length, 'no chunk id taken twice');
 });
 
 t.test('changes queued together are committed whatever their size together', async (t) => {

@@ -64,6 +64,9 @@ const LEXICAL_PER_TURN = 500;
 const LOGGED_BUILD = 20_000;
 const yieldTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/** Chunk ids a replica takes at a time (store: postgres), to give out to the documents added through it. */
+const CHUNK_ID_BLOCK = 10_000;
+
 /** Candidates taken from each ranking before fusing, as a multiple of the hits asked for. */
 const CANDIDATES_PER_HIT = 4;
 
@@ -97,6 +100,13 @@ export class DocumentLibrary {
   private readonly building = new Map<string, Promise<Bm25Index>>();
   private readonly pdfWorkers: PdfWorkers;
   private closing = false;
+  /**
+   * With PostgreSQL, the chunk ids this replica has taken and not given out yet, [next, end). Documents added at once,
+   * here and through other replicas, do not each read and write the next id: their changes would conflict, and the
+   * last ones, run again each time, would give up. Ids left when the process ends are never used; none is used twice.
+   */
+  private chunkIds = { next: 0, end: 0 };
+  private takingChunkIds: Promise<void> | null = null;
 
   constructor(
     private readonly store: Store,
@@ -195,12 +205,15 @@ export class DocumentLibrary {
       );
     }
     const createdAt = Math.floor(Date.now() / 1000);
+    const taken = this.store.shared ? await this.takeChunkIds(texts.length) : null;
     const record = await this.store.update((tx) => {
-      // Chunk ids are taken in the change that stores them: with PostgreSQL, two replicas taking the same ones at
-      // once conflict, and the second takes the next ones.
-      const first = tx.get<number>('documents-meta', 'next-chunk') ?? 0;
+      // On lmdb the ids are taken in the change that stores them; with PostgreSQL from this replica's block.
+      let first = taken;
+      if (first === null) {
+        first = tx.get<number>('documents-meta', 'next-chunk') ?? 0;
+        tx.put('documents-meta', 'next-chunk', first + texts.length);
+      }
       const chunkIds = texts.map((_, i) => first + i);
-      tx.put('documents-meta', 'next-chunk', first + texts.length);
       const made: DocumentRecord = {
         id,
         project,
@@ -225,6 +238,29 @@ export class DocumentLibrary {
     if (vectors) await this.vectors.insert(kb, chunkIds, vectors);
     else if (this.vectors.modelOf(kb)) await this.vectors.markIncomplete(kb);
     return record;
+  }
+
+  /** The first of `n` chunk ids from this replica's block, taking a new block (a change of its own) when it is short. */
+  private async takeChunkIds(n: number): Promise<number> {
+    while (this.chunkIds.end - this.chunkIds.next < n) {
+      this.takingChunkIds ??= this.store
+        .update((tx) => {
+          const first = tx.get<number>('documents-meta', 'next-chunk') ?? 0;
+          const count = Math.max(n, CHUNK_ID_BLOCK);
+          tx.put('documents-meta', 'next-chunk', first + count);
+          return { next: first, end: first + count };
+        })
+        .then((block) => {
+          this.chunkIds = block;
+        })
+        .finally(() => {
+          this.takingChunkIds = null;
+        });
+      await this.takingChunkIds;
+    }
+    const first = this.chunkIds.next;
+    this.chunkIds.next += n;
+    return first;
   }
 
   /** Indexes the documents other replicas added, and unindexes those they removed. */

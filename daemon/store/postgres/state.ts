@@ -84,6 +84,19 @@ class CopyTooOld extends Error {
   }
 }
 
+/**
+ * PostgreSQL holds fewer changes than this copy: it went back in time (restored from a backup, or failed over to a
+ * standby that had not received the last commits). The numbers of the changes lost will be given to new ones, which a
+ * copy past them would never take in (a key revoked, unseen): only a rebuild helps.
+ */
+class CopyAhead extends Error {
+  constructor(applied: number, head: number) {
+    super(
+      `this replica's copy of the shared state holds changes up to ${applied}, but PostgreSQL's last is ${head}: the database went back in time (restored, or failed over to a standby behind it); restart this replica to rebuild its copy`,
+    );
+  }
+}
+
 /** Errors that mean PostgreSQL cannot be reached or cannot serve now, not that a statement is wrong. */
 function unavailable(err: unknown): boolean {
   if (err instanceof SharedStateUnavailable) return true;
@@ -157,9 +170,14 @@ export class PostgresState {
   private polling: Promise<void> | null = null;
   private pollAgain = false;
   private catching: Promise<void> = Promise.resolve();
-  /** When the copy was last known to hold every change (the start of the poll that confirmed it). */
-  private confirmedAt = 0;
+  /**
+   * When the copy was last known to hold every change (the start of the poll that confirmed it), on the monotonic
+   * clock: a wall clock set back (NTP stepping it, a virtual machine resumed) must not stretch the revocation bound.
+   */
+  private confirmedAt = -Infinity;
   private failure: { problem: string; since: string } | null = null;
+  /** A failure only a restart ends (noteLasting): the copy is never confirmed again. */
+  private lasting = false;
   private closed = false;
   /** Whether this process enforces the staleness bound (a serving replica) or only commits (the CLI). */
   private watching = false;
@@ -200,7 +218,7 @@ export class PostgresState {
       const problem = schemaProblem(version);
       if (problem) throw new Error(problem);
       if (mode.rebuild) local.clear();
-      const started = Date.now();
+      const started = performance.now();
       await state.catchUp();
       state.confirmedAt = started;
       if (mode.watch) await state.watch();
@@ -475,6 +493,12 @@ export class PostgresState {
           [from, PAGE, PAGE_BYTES],
         );
         const purged = Number(page[0]!.purged);
+        if (!fromNothing && Number(page[0]!.head) < from) {
+          if (this.watching) throw new CopyAhead(from, Number(page[0]!.head));
+          this.local.clear();
+          fromNothing = true;
+          continue;
+        }
         if (!fromNothing && purged > from) {
           // Removals this copy has not seen may be purged (before this catch-up, or during it, between two pages): it
           // cannot be brought up to date, only rebuilt.
@@ -559,24 +583,26 @@ export class PostgresState {
 
   /** Reads the newest change number and copies up to it; a success confirms the copy as of the poll's start. */
   private poll(): void {
-    if (this.closed) return;
+    if (this.closed || this.lasting) return;
     if (this.polling) {
       this.pollAgain = true;
       return;
     }
-    const started = Date.now();
+    const started = performance.now();
     this.polling = (async () => {
       try {
         if (!this.listener) await this.listen();
         const { rows } = await this.pool.query<{ seq: string }>('SELECT seq FROM state_head');
-        if (Number(rows[0]!.seq) > this.local.applied()) await this.catchUp();
+        const head = Number(rows[0]!.seq);
+        if (head < this.local.applied()) throw new CopyAhead(this.local.applied(), head);
+        if (head > this.local.applied()) await this.catchUp();
         this.confirmedAt = started;
         if (this.failure) {
           this.log('info', 'PostgreSQL answers again; the shared state is current', { down_since: this.failure.since });
           this.failure = null;
         }
       } catch (err) {
-        if (err instanceof CopyTooOld) this.noteLasting(err.message);
+        if (err instanceof CopyTooOld || err instanceof CopyAhead) this.noteLasting(err.message);
         else this.noteFailure(err);
       } finally {
         this.polling = null;
@@ -590,6 +616,7 @@ export class PostgresState {
 
   /** A failure only a restart ends: the replica stays unready (503), and says so once. */
   private noteLasting(problem: string): void {
+    this.lasting = true;
     if (this.failure?.problem === problem) return;
     this.failure = { problem, since: new Date().toISOString() };
     this.log('error', problem);
@@ -618,16 +645,17 @@ export class PostgresState {
    * Why the copy cannot be trusted now, or null when it can: a serving replica that has not confirmed its copy within
    * STALE_MS. Health reports it; authentication refuses to run on it.
    */
-  staleness(now = Date.now()): { problem: string; since: string } | null {
+  staleness(now = performance.now()): { problem: string; since: string } | null {
     if (!this.watching || now - this.confirmedAt <= STALE_MS) return null;
+    const unseen = Math.round(now - this.confirmedAt);
     return {
-      problem: `${this.failure?.problem ?? 'PostgreSQL has not confirmed the shared state'}; this replica has not seen its changes for ${now - this.confirmedAt} ms, so it authenticates no call until it does (a key revoked elsewhere must not work here)`,
-      since: this.failure?.since ?? new Date(this.confirmedAt + STALE_MS).toISOString(),
+      problem: `${this.failure?.problem ?? 'PostgreSQL has not confirmed the shared state'}; this replica has not seen its changes for ${unseen} ms, so it authenticates no call until it does (a key revoked elsewhere must not work here)`,
+      since: this.failure?.since ?? new Date(Date.now() - (Number.isFinite(unseen) ? unseen - STALE_MS : 0)).toISOString(),
     };
   }
 
-  /** Throws SharedStateUnavailable while the copy cannot be trusted. */
-  assertFresh(now = Date.now()): void {
+  /** Throws SharedStateUnavailable while the copy cannot be trusted (`now` on the monotonic clock, performance.now). */
+  assertFresh(now = performance.now()): void {
     if (this.watching && now - this.confirmedAt > STALE_MS) throw new SharedStateUnavailable(this.staleness(now)!.problem);
   }
 
