@@ -9,7 +9,7 @@ import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { open, type Database, type Key, type RootDatabase } from 'lmdb';
 import { PostgresState, type LocalCopy, type PostgresOptions } from './postgres/state.js';
-import { lmdbUpdate, type Tx } from './tx.js';
+import { LmdbCommits, type Tx } from './tx.js';
 import { probeDirectory, WriteHealth } from './writes.js';
 
 export { addCounts, type Counts, type Tx } from './tx.js';
@@ -150,6 +150,7 @@ export function openStore(dataDir: string): Store {
     return db;
   };
   const listeners = new Map<string, Array<(changes: SharedChange[]) => void>>();
+  const commits = new LmdbCommits(root, raw);
   // With PostgreSQL, a module writing a shared space straight into lmdb would change this replica's copy alone.
   const guarded = new Map<string, Database<unknown, Key>>();
   const readOnly = (name: string): Database<unknown, Key> => {
@@ -193,11 +194,7 @@ export function openStore(dataDir: string): Store {
     shared: null,
     update<T>(fn: (tx: Tx) => T, local?: (result: T) => void): Promise<T> {
       if (store.shared) return store.shared.update(fn, local);
-      try {
-        return Promise.resolve(lmdbUpdate(root, raw, fn, local));
-      } catch (err) {
-        return Promise.reject(err instanceof Error ? err : new Error(String(err)));
-      }
+      return commits.add(fn, local);
     },
     bytes(name: string): Database<Buffer, number> {
       if (BINARY_SPACES.has(name)) return store.db<Buffer, number>(name);

@@ -33,14 +33,66 @@ export function addCounts<T extends object>(into: T | undefined, counts: Counts)
   return next as T;
 }
 
-/** `fn` in one lmdb write transaction, across every named database of `root`. */
-export function lmdbUpdate<T>(
-  root: RootDatabase,
-  db: (name: string) => Database<unknown, Key>,
-  fn: (tx: Tx) => T,
-  local?: (result: T) => void,
-): T {
-  const tx: Tx = {
+/**
+ * Changes on lmdb, made in the order asked. The changes asked for in one turn of the event loop are made together,
+ * each in a child transaction of one write transaction (a change that throws is undone alone), and committed at once:
+ * one flush to disk for all of them instead of one each, which the event loop would wait for in turn. Each resolves
+ * once that commit is on disk; if it fails (a full disk), all of them reject with its error.
+ */
+export class LmdbCommits {
+  private queue: Array<{ run: (tx: Tx) => void; settle: (err: unknown) => void }> = [];
+  private readonly tx: Tx;
+
+  constructor(
+    private readonly root: RootDatabase,
+    db: (name: string) => Database<unknown, Key>,
+  ) {
+    this.tx = lmdbTx(db);
+  }
+
+  add<T>(fn: (tx: Tx) => T, local?: (result: T) => void): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      let result: T;
+      let failure: { err: unknown } | null = null;
+      this.queue.push({
+        run: (tx) => {
+          try {
+            result = this.root.transactionSync(() => {
+              const value = fn(tx);
+              local?.(value);
+              return value;
+            });
+          } catch (err) {
+            failure = { err };
+          }
+        },
+        settle: (commitError) => {
+          const err = commitError ?? failure?.err;
+          if (err !== undefined) reject(err instanceof Error ? err : new Error(`a change failed: ${JSON.stringify(err)}`));
+          else resolve(result);
+        },
+      });
+      if (this.queue.length === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  private flush(): void {
+    const batch = this.queue;
+    this.queue = [];
+    let commitError: unknown;
+    try {
+      this.root.transactionSync(() => {
+        for (const change of batch) change.run(this.tx);
+      });
+    } catch (err) {
+      commitError = err;
+    }
+    for (const change of batch) change.settle(commitError);
+  }
+}
+
+function lmdbTx(db: (name: string) => Database<unknown, Key>): Tx {
+  return {
     get: <V>(name: string, key: Key) => db(name).get(key) as V | undefined,
     range: <V>(name: string, options: RangeOptions = {}) =>
       // Materialised: `fn` may remove what it walks.
@@ -49,9 +101,4 @@ export function lmdbUpdate<T>(
     remove: (name, key) => void db(name).removeSync(key),
     add: (name, key, counts) => void db(name).putSync(key, addCounts(db(name).get(key) as object | undefined, counts)),
   };
-  return root.transactionSync(() => {
-    const result = fn(tx);
-    local?.(result);
-    return result;
-  });
 }
