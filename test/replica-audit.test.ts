@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { noteText, originOf, signedNote, SoftwareSigner } from '../daemon/audit/index.js';
 import { loadConfig } from '../daemon/config/index.js';
+import { writeReplicaConfig } from './helpers/cluster.js';
 import { cli, ROOT, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { startPostgres } from './helpers/postgres.js';
@@ -31,23 +32,13 @@ const tls = selfSignedCert(dir);
 const pg = await startPostgres(t);
 const postgres = { url: pg.url, passwordFile: pg.passwordFile, timeoutMs: 1000 };
 
-const configFor = (name: string, origin?: string) => {
-  const file = join(dir, `${name}.json`);
-  writeFileSync(
-    file,
-    JSON.stringify({
-      posture: 'cloud',
-      region: 'sa-riyadh-1',
-      listen: { host: '127.0.0.1', port: 0 },
-      tls: { cert: tls.cert, key: tls.key },
-      dataDir: join(dir, name),
-      store: 'postgres',
-      postgres,
-      audit: { checkpointMs: CHECKPOINT_MS, heartbeatMs: HEARTBEAT_MS, ...(origin ? { origin } : {}) },
-    }),
+const configFor = (name: string, origin?: string) =>
+  writeReplicaConfig(
+    dir,
+    name,
+    { tls, postgres },
+    { audit: { checkpointMs: CHECKPOINT_MS, heartbeatMs: HEARTBEAT_MS, ...(origin ? { origin } : {}) } },
   );
-  return file;
-};
 // Replica a takes the default origin, which names its host; b, on the same host, must be given its own.
 const origins = { a: `sovereign/sa-riyadh-1/${hostname()}`, b: 'sovereign/sa-riyadh-1/b' };
 const configs = { a: configFor('a'), b: configFor('b', origins.b), c: configFor('c') };

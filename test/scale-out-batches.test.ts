@@ -4,13 +4,12 @@
 // billed once) and its output is read through the other; when the replica that runs a batch is killed (SIGKILL), the
 // other takes the batch over once its lease runs out and completes it, every custom_id once in the output; a batch
 // cancelled through the replica that does not run it stops.
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import t from 'tap';
 import OpenAI, { toFile } from 'openai';
 import { Agent } from 'undici';
 import { LEASE_MS } from '../daemon/batches/index.js';
 import { makeModelFixtures } from './fixtures/models.js';
+import { writeReplicaConfig } from './helpers/cluster.js';
 import { cli, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
 import { startPostgres } from './helpers/postgres.js';
@@ -23,24 +22,8 @@ const tls = selfSignedCert(dir);
 const fixtures = makeModelFixtures(dir);
 const pg = await startPostgres(t);
 
-const configFor = (name: 'a' | 'b') => {
-  const file = join(dir, `${name}.json`);
-  writeFileSync(
-    file,
-    JSON.stringify({
-      posture: 'cloud',
-      region: 'sa-riyadh-1',
-      listen: { host: '127.0.0.1', port: 0 },
-      tls: { cert: tls.cert, key: tls.key },
-      dataDir: join(dir, name),
-      store: 'postgres',
-      postgres: { url: pg.url, passwordFile: pg.passwordFile, timeoutMs: 1000 },
-      // Two replicas on one host: each log needs an origin of its own.
-      audit: { origin: `sovereign/sa-riyadh-1/${name}` },
-    }),
-  );
-  return file;
-};
+const configFor = (name: 'a' | 'b') =>
+  writeReplicaConfig(dir, name, { tls, postgres: { url: pg.url, passwordFile: pg.passwordFile, timeoutMs: 1000 } });
 const configs = { a: configFor('a'), b: configFor('b') };
 const migrated = cli(['db', 'migrate', '--config', configs.a]);
 if (migrated.code !== 0) throw new Error(migrated.stderr);

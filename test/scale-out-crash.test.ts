@@ -6,9 +6,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import t from 'tap';
+import { writeReplicaConfig } from './helpers/cluster.js';
 import { cli, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
 import { startHaproxy } from './helpers/haproxy.js';
 import { request } from './helpers/http.js';
@@ -46,25 +45,17 @@ t.teardown(() => {
 const names = ['a', 'b', 'c'] as const;
 type Name = (typeof names)[number];
 const configs = Object.fromEntries(
-  names.map((name) => {
-    const file = join(dir, `${name}.json`);
-    writeFileSync(
-      file,
-      JSON.stringify({
-        posture: 'cloud',
-        region: 'sa-riyadh-1',
-        listen: { host: '127.0.0.1', port: 0 },
-        tls: { cert: tls.cert, key: tls.key },
-        dataDir: join(dir, name),
-        store: 'postgres',
-        postgres: { url: pg.url, passwordFile: pg.passwordFile },
+  names.map((name) => [
+    name,
+    writeReplicaConfig(
+      dir,
+      name,
+      { tls, postgres: { url: pg.url, passwordFile: pg.passwordFile } },
+      {
         limits: { store: 'redis', redis: { url: `redis://127.0.0.1:${redisPort}/0`, keyPrefix: 'crash-test:' } },
-        // Three replicas on one host: each log needs an origin of its own.
-        audit: { origin: `sovereign/sa-riyadh-1/${name}` },
-      }),
-    );
-    return [name, file];
-  }),
+      },
+    ),
+  ]),
 ) as Record<Name, string>;
 
 // Set up before any test: a failure here is thrown, not asserted (the file's plan would end with it).

@@ -5,11 +5,11 @@
 // (measured); usage counted on several replicas adds up in one billing export; with PostgreSQL down, calls get 503
 // with Retry-After, /readyz says why and the load balancer stops sending calls there; they all answer again once it
 // is back.
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { KeyRegistry } from '../daemon/keys/index.js';
 import { connectShared, openStore } from '../daemon/store/index.js';
+import { writeReplicaConfig } from './helpers/cluster.js';
 import { cli, startDaemon, tempDir, type RunningDaemon } from './helpers/daemon.js';
 import { startHaproxy } from './helpers/haproxy.js';
 import { request } from './helpers/http.js';
@@ -22,25 +22,7 @@ const tls = selfSignedCert(dir);
 const pg = await startPostgres(t);
 const postgres = { url: pg.url, passwordFile: pg.passwordFile, timeoutMs: 1000 };
 
-const configFor = (name: string) => {
-  const file = join(dir, `${name}.json`);
-  writeFileSync(
-    file,
-    JSON.stringify({
-      posture: 'cloud',
-      region: 'sa-riyadh-1',
-      listen: { host: '127.0.0.1', port: 0 },
-      tls: { cert: tls.cert, key: tls.key },
-      dataDir: join(dir, name),
-      store: 'postgres',
-      postgres,
-      // Each replica keeps its own audit log, and two logs never share an origin: the default names the host, which
-      // these replicas share.
-      audit: { origin: `sovereign/sa-riyadh-1/${name}` },
-    }),
-  );
-  return file;
-};
+const configFor = (name: string) => writeReplicaConfig(dir, name, { tls, postgres });
 const configs = { a: configFor('a'), b: configFor('b'), c: configFor('c') };
 
 t.test('the schema is made by `sovereign db migrate`, and a replica refuses one that is not its own', async (t) => {
