@@ -32,6 +32,7 @@ export const ENTRY_KINDS = {
   'audit.key': 1,
   'outbox.rejected': 1,
   'egress.refused': 1,
+  'operator.checklist': 1,
 } as const;
 
 export function isEntryKind(kind: string): kind is EntryKind {

@@ -10,6 +10,7 @@ export {
   loadConfig,
   manifestPath,
   modelsDir,
+  prometheusEnabled,
   usesTls,
   type ConfigFlags,
   type LoadedConfig,

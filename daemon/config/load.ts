@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
+import { isIP } from 'node:net';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
@@ -54,6 +55,8 @@ export const ENV_OVERRIDES: ReadonlyArray<{ env: string; key: string; type: 'str
   { env: 'SOVEREIGN_AUDIT_SIGNER', key: 'audit.signer', type: 'string' },
   { env: 'SOVEREIGN_AUDIT_TCTI', key: 'audit.tcti', type: 'string' },
   { env: 'SOVEREIGN_AUDIT_JOURNAL_DIR', key: 'audit.journalDir', type: 'string' },
+  { env: 'SOVEREIGN_METRICS_PORT', key: 'metrics.listen.port', type: 'integer' },
+  { env: 'SOVEREIGN_PROMETHEUS', key: 'metrics.prometheus', type: 'boolean' },
 ];
 
 const FLAG_KEYS: ReadonlyArray<[keyof ConfigFlags, string, 'string' | 'integer']> = [
@@ -141,6 +144,8 @@ function defaults(env: NodeJS.ProcessEnv): Config {
     scheduling: { policy: 'fair', projectWeights: {} },
     plans: {},
     usage: { billingDays: 400 },
+    metrics: { listen: { host: '127.0.0.1', port: 9464 } },
+    alerts: { checkpointLagSeconds: 900, diskFreePercent: 10, diskFullHours: 72, egressHours: 24 },
     audit: {
       signer: 'tpm',
       tcti: 'device:/dev/tpmrm0',
@@ -243,6 +248,7 @@ function postureRules(config: Config): string[] {
       `the device posture listens on loopback only; 'listen.host' is '${config.listen.host}' (use the appliance posture to serve a network)`,
     );
   }
+  problems.push(...metricsRules(config));
   if (config.limits.defaultPlan !== undefined && !Object.hasOwn(config.plans, config.limits.defaultPlan)) {
     const names = Object.keys(config.plans);
     problems.push(
@@ -270,6 +276,35 @@ function postureRules(config: Config): string[] {
 }
 
 /** Loopback literals, as the URL parser writes a host (IPv6 in brackets). */
+/** Whether the Prometheus endpoint is served: as set, else on for cloud and frontier, off for the sealed postures. */
+export function prometheusEnabled(config: Config): boolean {
+  return config.metrics.prometheus ?? !isSealed(config.posture);
+}
+
+/**
+ * /metrics answers without a key: it is served on an address of its own, an IP address of the machine (a name would
+ * need a lookup), loopback or the internal network on the sealed postures, and never the API's own address and port.
+ */
+function metricsRules(config: Config): string[] {
+  if (!prometheusEnabled(config)) return [];
+  const { host, port } = config.metrics.listen;
+  const problems: string[] = [];
+  if (!isIP(host)) problems.push(`'metrics.listen.host' must be an IP address of this machine, not '${host}'`);
+  else if (isSealed(config.posture) && !LOOPBACK.test(host) && addressKind(host) !== 'private') {
+    problems.push(
+      `'metrics.listen.host' is '${host}', but the ${config.posture} posture is sealed: serve /metrics on loopback or an internal-network address`,
+    );
+  }
+  if (
+    port !== 0 &&
+    port === config.listen.port &&
+    (host === listenHost(config) || host === '0.0.0.0' || listenHost(config) === '0.0.0.0')
+  ) {
+    problems.push(`'metrics.listen' is the API's own address: /metrics answers without a key, so it needs an address of its own`);
+  }
+  return problems;
+}
+
 const LOOPBACK_URL_HOST = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]|localhost)$/;
 
 function upstreamRules(config: Config): string[] {

@@ -81,6 +81,13 @@ export interface Config {
   /** Batches (/v1/batches): how many lines a file may have, how many lines run at once. */
   batches: { maxLines: number; parallel: number; maxOpenPerProject: number };
   usage: { billingDays: number };
+  /**
+   * The Prometheus text endpoint, on its own address (the internal management network): `prometheus` unset means on
+   * for cloud and frontier, off for the sealed postures.
+   */
+  metrics: { prometheus?: boolean; listen: { host: string; port: number } };
+  /** When the daemon raises an alert (daemon/alerts). */
+  alerts: { checkpointLagSeconds: number; diskFreePercent: number; diskFullHours: number; egressHours: number };
   audit: {
     signer: 'tpm' | 'software';
     tcti: string;
@@ -379,6 +386,41 @@ export const configSchema = {
       additionalProperties: false,
       properties: {
         billingDays: positiveInt("Days of per-key daily usage kept for billing ('sovereign usage export').", 1, 3660),
+      },
+    },
+    metrics: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        prometheus: {
+          type: 'boolean',
+          description:
+            'Serve the Prometheus text endpoint (GET /metrics) at metrics.listen. Default: on for cloud and frontier, off for device and appliance.',
+        },
+        listen: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['host', 'port'],
+          properties: {
+            host: { type: 'string', minLength: 1, description: 'The internal address /metrics is served on (never the API address).' },
+            port: positiveInt('Its port (0: any free port).', 0, 65535),
+          },
+        },
+      },
+    },
+    alerts: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        checkpointLagSeconds: positiveInt('Age of the newest audit checkpoint above which an alert is raised, in seconds.', 1, 7 * 86400),
+        diskFreePercent: {
+          type: 'number',
+          minimum: 0,
+          maximum: 100,
+          description: 'Free space of the data disk, in percent, under which an alert is raised.',
+        },
+        diskFullHours: positiveInt('Hours until the data disk is full at its current rate under which an alert is raised.', 0, 100_000),
+        egressHours: positiveInt('Hours an alert for a refused outbound attempt stays raised.', 1, 24 * 90),
       },
     },
     images: {

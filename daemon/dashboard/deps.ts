@@ -5,6 +5,7 @@ import type { AuditService } from '../audit/index.js';
 import type { Config } from '../config/index.js';
 import type { HealthReport } from '../health/index.js';
 import type { KeyRegistry } from '../keys/index.js';
+import type { OperatorMetrics } from '../metrics/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { Store } from '../store/index.js';
 import type { UsageMeter } from '../usage/index.js';
@@ -23,6 +24,8 @@ export interface DashboardDeps {
   store: Store;
   /** The models listed to clients (the overview page). */
   catalog: ModelCatalog;
+  /** The device's own counters per minute (the overview's charts). */
+  metrics: OperatorMetrics;
   /** The report /v1/health answers, made when asked (the overview page). */
   health(): HealthReport;
 }

@@ -99,10 +99,8 @@ export function keyCap(config: Config, user: UserRecord): { maxActive?: number }
   return user.role === 'admin' ? {} : { maxActive: config.limits.maxKeysPerProject };
 }
 
-export function adminOnly(user: UserRecord): void {
-  if (user.role !== 'admin') {
-    throw new ApiError('permission_denied', 'The whole log holds every project’s calls: only an administrator can export it.');
-  }
+export function adminOnly(user: UserRecord, why = 'The whole log holds every project’s calls: only an administrator can export it.'): void {
+  if (user.role !== 'admin') throw new ApiError('permission_denied', why);
 }
 
 const CODES = { conflict: 'conflict', not_found: 'not_found', invalid: 'invalid_request_error', cap: 'permission_denied' } as const;

@@ -3,7 +3,7 @@
 // partition or a USB bundle, make the TLS certificate the HTTPS postures need if the operator provisioned none, and
 // tell the installer the fingerprints to record. The filesystem of the data partition is made before this, as root
 // (image-build/rootfs/usr/lib/sovereign/data-partition); this part runs as the daemon's user.
-import { generateKeyPairSync, X509Certificate } from 'node:crypto';
+import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { hostname as osHostname, networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -15,6 +15,7 @@ import { currentAuditPublicKey, provisionTpmKey, spkiFingerprint } from '../audi
 import { bundleImportedFields, modelImportedFields } from '../models/audit.js';
 import { modelsDir as modelsDirOf, type Config } from '../config/index.js';
 import { BUNDLE_FILE, importBundle, importModel, ModelVerifier, type Manifest } from '../models/index.js';
+import { certificateFingerprint } from '../net/index.js';
 import { openStore } from '../store/index.js';
 
 export type StepName = 'state' | 'audit-key' | 'models' | 'tls';
@@ -137,12 +138,12 @@ async function tlsStep(options: FirstBootOptions, found: Found): Promise<StepRes
     throw new Error(`${hasCert ? tls.cert : tls.key} exists without its ${hasCert ? 'key' : 'certificate'}; provide both or neither`);
   }
   if (hasCert) {
-    found.tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
+    found.tlsCertificate = { file: tls.cert, fingerprint: certificateFingerprint(tls.cert) };
     return ['skipped', `certificate ${tls.cert} in place`];
   }
   const names = options.tlsNames ?? defaultTlsNames(config);
   await makeCertificate(tls.cert, tls.key, names);
-  found.tlsCertificate = { file: tls.cert, fingerprint: certFingerprint(tls.cert) };
+  found.tlsCertificate = { file: tls.cert, fingerprint: certificateFingerprint(tls.cert) };
   return ['done', `self-signed certificate made for ${names.join(', ')}; replace it with one from your CA at any time`];
 }
 
@@ -245,8 +246,4 @@ async function makeCertificate(certFile: string, keyFile: string, names: string[
     ],
     { stdin: 'ignore' },
   );
-}
-
-function certFingerprint(file: string): string {
-  return `SHA256:${new X509Certificate(readFileSync(file)).fingerprint256.toLowerCase()}`;
 }

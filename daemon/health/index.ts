@@ -7,6 +7,8 @@ import { ownedByShown, type ModelCatalog, type Readiness } from '../models/index
 import type { AuditHealth, AuditService } from '../audit/index.js';
 import type { EgressHealth, EgressService } from '../egress/index.js';
 import type { WriteHealth } from '../store/index.js';
+import type { Alert, AlertBook } from '../alerts/index.js';
+import type { OperatorMetrics } from '../metrics/index.js';
 
 export interface HealthReport {
   status: 'ok' | 'degraded';
@@ -54,6 +56,13 @@ export interface HealthReport {
   shared_state?: { store: 'postgres'; current: boolean; problem: string | null; since: string | null };
   /** Boots of this data dir, crashes among them, how the last run stopped, and systemd's restart count. */
   service?: BootReport & { systemd: { unit: string; restarts: number | null } | null };
+  /**
+   * The data directory's size on disk, its filesystem's free space and size, and the seconds until it is full at the
+   * rate its free space fell over the last day (null while it is not falling). Sampled once a minute.
+   */
+  disk?: { used_bytes: number; free_bytes: number; total_bytes: number; full_in_seconds: number | null; sampled_at: string };
+  /** What the operator should act on now (daemon/alerts), critical ones first. */
+  alerts?: Alert[];
 }
 
 /** Boots of this data dir and how the last run stopped, as the service's boot log (service/boots.ts) counts them. */
@@ -87,6 +96,8 @@ export interface HealthSources {
   limits?: { store: LimitStore };
   upstreams?: { health(): UpstreamHealth[] };
   store?: { writes: WriteHealth; shared?: { staleness(): { problem: string; since: string } | null } | null };
+  metrics?: OperatorMetrics;
+  alerts?: AlertBook;
 }
 
 function queueOf(state: QueueState | undefined) {
@@ -138,5 +149,16 @@ export function healthReport(sources: HealthSources): HealthReport {
   const egressHealth = egress?.health();
   if (egressHealth) report.egress = egressHealth;
   if (boots) report.service = { ...boots, systemd: egress?.systemdRestarts() ?? null };
+  const disk = sources.metrics?.disk();
+  if (disk) {
+    report.disk = {
+      used_bytes: disk.used,
+      free_bytes: disk.free,
+      total_bytes: disk.total,
+      full_in_seconds: disk.fullInSeconds,
+      sampled_at: disk.at,
+    };
+  }
+  if (sources.alerts) report.alerts = sources.alerts.evaluate(report);
   return report;
 }

@@ -46,6 +46,8 @@ export interface CallContext {
   streamStart: number | null;
   /** The error a call was cut off with before its body had arrived (its connection is closing). */
   cutOff: ApiError | null;
+  /** The code of the error the call was answered with, if it was (the operator's errors by code). */
+  errorCode: string | null;
 }
 
 /** What a route declares about itself; the pipeline's stages read it. */
@@ -93,6 +95,7 @@ export function newCallContext(): CallContext {
     audited: false,
     streamStart: null,
     cutOff: null,
+    errorCode: null,
   };
 }
 

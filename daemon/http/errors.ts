@@ -121,6 +121,8 @@ export function clientGone(request: FastifyRequest): boolean {
 }
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: ApiError): FastifyReply {
+  // Outside the pipeline (a request refused by fastify before the identify stage) there is no call to note it on.
+  if (request.call) request.call.errorCode = error.code;
   if (!clientGone(request)) {
     if (error.expected) request.log.info({ code: error.code, status: error.status }, 'request refused');
     else if (error.status >= 500) request.log.error({ code: error.code }, 'request failed');

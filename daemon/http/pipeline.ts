@@ -7,6 +7,7 @@ import type { InternalCredentials } from '../auth/index.js';
 import { isMetered, type Config } from '../config/index.js';
 import type { KeyRegistry } from '../keys/index.js';
 import type { InFlightGate, KeyLimits } from '../limits/index.js';
+import type { OperatorMetrics } from '../metrics/index.js';
 import type { ModelCatalog } from '../models/index.js';
 import type { UsageMeter } from '../usage/index.js';
 import type { Stage } from './stage.js';
@@ -17,6 +18,7 @@ import { identifyStage } from './stages/identify.js';
 import { limitRequestsStage, limitTokensStage, settleTokensStage } from './stages/limits.js';
 import { resolveModelStage } from './stages/resolve-model.js';
 import { scrubStage } from './stages/scrub.js';
+import { metricsStage } from './stages/metrics.js';
 import { usageStage } from './stages/usage.js';
 import { watchBodyStage } from './stages/watch-body.js';
 import { watchReaderStage } from './stages/watch-reader.js';
@@ -40,6 +42,8 @@ export interface PipelineDeps {
   audit: AuditService;
   /** Calls and tokens per key and route. */
   usage: UsageMeter;
+  /** The operator's counters: per model, errors by code, redactions by type. */
+  metrics: OperatorMetrics;
   /** What the calls the daemon makes to itself (a batch's lines) authenticate with (auth/internal.ts). */
   credentials: InternalCredentials;
 }
@@ -72,6 +76,7 @@ export function pipeline(deps: PipelineDeps, host: PipelineHost): Array<{ scope:
     ['/v1', auditStage(deps)],
     ['every response', closeDrainedConnectionsStage({ state: deps.state, server: () => host.server })],
     ['/v1', usageStage(deps.usage)],
+    ['/v1', metricsStage(deps.metrics)],
     ['/v1', releasePlaceStage()],
     metered && ['/v1', settleTokensStage(deps)],
   ];

@@ -127,8 +127,8 @@ export function buildApp(deps: AppDeps, options: AppOptions): FastifyInstance {
 
 /** What the dashboard reads: its share of the app's deps, and health's report made when asked. */
 function dashboardDeps(deps: AppDeps): DashboardDeps {
-  const { config, keys, accounts, catalog, audit, usage, store } = deps;
-  return { config, keys, accounts, catalog, audit, usage, store, health: () => healthReport(deps) };
+  const { config, keys, accounts, catalog, audit, usage, store, metrics } = deps;
+  return { config, keys, accounts, catalog, audit, usage, store, metrics, health: () => healthReport(deps) };
 }
 
 /** Every error, from any stage or route, in OpenAI's shape (errors.ts), logged once and only when it is ours. */

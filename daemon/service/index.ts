@@ -3,7 +3,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyBaseLogger as Logger, FastifyInstance, FastifyServerOptions } from 'fastify';
-import { isSovereign, listenHost, manifestPath, usesTls, type Config } from '../config/index.js';
+import { isSovereign, listenHost, manifestPath, prometheusEnabled, usesTls, type Config } from '../config/index.js';
+import { AlertBook } from '../alerts/index.js';
+import { healthReport } from '../health/index.js';
+import { OperatorMetrics, startPrometheus, type PrometheusListener } from '../metrics/index.js';
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';
@@ -96,6 +99,7 @@ export async function startDaemon(
   const catalog = new ModelCatalog();
   const engines = new EngineRegistry();
   const limitStore = openLimitStore(config, log);
+  const keyLimits = new KeyLimits(limitStore, log);
   const usage = new UsageMeter(
     store,
     (err) => {
@@ -106,6 +110,20 @@ export async function startDaemon(
     config.usage.billingDays,
   );
   usage.start();
+  const metrics = new OperatorMetrics(store, {
+    dataDir: config.dataDir,
+    queues: () => catalog.all().map((m) => ({ model: m.id, waiting: engines.queueState(m.id)?.waiting ?? 0 })),
+    onError: (err) => {
+      if (!store.writes.state)
+        log.error({ err: err.message }, 'the operator counters could not be written; they are kept for the next try');
+    },
+  });
+  metrics.start();
+  let prometheus: PrometheusListener | null = null;
+  const alerts = new AlertBook(
+    { thresholds: config.alerts, disk: () => metrics.disk(), prometheusProblem: () => prometheus?.problem() ?? null },
+    log,
+  );
   // Taken (and the variables removed) before any program is started, so that none inherits them.
   const passed = passedListenFd();
   if (passed && passed.count > 1) log.warn({ sockets: passed.count }, 'systemd passed several sockets; serving on the first');
@@ -113,7 +131,10 @@ export async function startDaemon(
   // Before anything else can reach out (the TPM signer, the engines): on sealed postures every attempt is refused.
   const boots = new BootLog(store);
   const events = new AuditEvents(log, boots.report.boots);
-  const egress = new EgressService(config, store, log, (attempt) => events.egressRefused(attempt));
+  const egress = new EgressService(config, store, log, (attempt) => {
+    metrics.recordEgressRefused();
+    events.egressRefused(attempt);
+  });
   egress.start();
   if (boots.report.previous_stop === 'crash') {
     log.warn({ boots: boots.report.boots, crashes: boots.report.crashes }, 'the previous run did not stop cleanly');
@@ -155,7 +176,7 @@ export async function startDaemon(
       {
         config,
         keys,
-        limits: new KeyLimits(limitStore, log),
+        limits: keyLimits,
         gate: new InFlightGate(config.limits.maxInFlight, shareSizes(config.limits)),
         catalog,
         engines,
@@ -163,6 +184,8 @@ export async function startDaemon(
         fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': String(isSovereign(config.posture)) },
         audit,
         usage,
+        metrics,
+        alerts,
         accounts: new Accounts(store),
         store,
         documents,
@@ -183,6 +206,7 @@ export async function startDaemon(
   } catch (err) {
     await app?.close();
     await usage.close();
+    await metrics.close();
     images.close();
     responses.close();
     files.close();
@@ -210,7 +234,36 @@ export async function startDaemon(
     'sovereign is serving',
   );
   notifier.ready(`serving ${url} (${config.posture})`);
+  const report = () =>
+    healthReport({
+      config,
+      catalog,
+      engines,
+      state,
+      audit: audit!,
+      egress,
+      boots: boots.report,
+      store,
+      metrics,
+      alerts,
+      upstreams: upstreams!,
+      limits: keyLimits,
+    });
+  alerts.watch(report);
+  if (prometheusEnabled(config)) {
+    prometheus = startPrometheus(
+      config.metrics.listen,
+      { health: report, totals: metrics.totals, disk: () => metrics.disk() },
+      {
+        problem: (err) =>
+          log.error({ err: err.message, listen: config.metrics.listen }, 'the Prometheus endpoint cannot listen; the API serves on'),
+        listening: ({ host, port }) =>
+          log.info({ url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/metrics` }, 'the Prometheus endpoint is serving'),
+      },
+    );
+  }
   // Models verify and load after the server listens: health and 503 model_not_ready tell clients while they do.
+  const recordModelEvent = modelEventRecorder(events, boots.report.boots);
   const models = startModels({
     config,
     manifest,
@@ -218,7 +271,11 @@ export async function startDaemon(
     catalog,
     engines,
     log,
-    onEvent: modelEventRecorder(events, boots.report.boots),
+    onEvent: (event) => {
+      if (event.type === 'model.listed') alerts.modelListed(event.id);
+      else if (event.type === 'model.withdrawn' || event.type === 'model.not_listed') alerts.modelWithdrawn(event.id, event.reason);
+      recordModelEvent(event);
+    },
   });
   // Batches that had not ended resume, and new ones run, in the background: each line a call through the app.
   files.start((err) => log.error({ err: err.message }, 'expired files could not be deleted; tried again in a minute'));
@@ -252,6 +309,9 @@ export async function startDaemon(
         files.close();
         await limitStore.close();
         await usage.close();
+        alerts.close();
+        await prometheus?.close();
+        await metrics.close();
         // The egress counts and the CLI's last events, then a last checkpoint covering every entry.
         await events.close();
         await audit.close();

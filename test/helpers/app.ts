@@ -21,6 +21,8 @@ import { ModelCatalog } from '../../daemon/models/index.js';
 import { BootLog } from '../../daemon/service/boots.js';
 import { openStore } from '../../daemon/store/index.js';
 import { UsageMeter } from '../../daemon/usage/index.js';
+import { AlertBook } from '../../daemon/alerts/index.js';
+import { OperatorMetrics } from '../../daemon/metrics/index.js';
 import { tempDir } from './daemon.js';
 
 export interface StandInApp {
@@ -63,6 +65,7 @@ export async function startStandInApp(
   for (const [id, { engine }] of Object.entries(engines)) registry.set('chat', id, scripted(engine));
   const audit = await AuditService.open({ ...config, audit: { ...config.audit, signer: 'software' } }, store, log);
   const usage = new UsageMeter(store, () => {}, config.usage.billingDays);
+  const metrics = new OperatorMetrics(store, { dataDir, queues: () => [] });
   const images = new ImageFiles(join(dataDir, 'images'), config.images.urlTtlSeconds * 1000, log);
   const responses = new ResponseStore(store, config.responses.ttlSeconds * 1000);
   const files = new FileStore(store, { ttlMs: config.files.ttlSeconds * 1000, maxBytesPerProject: config.files.maxBytesPerProject });
@@ -87,6 +90,8 @@ export async function startStandInApp(
       fixedHeaders: { 'X-Region': config.region, 'X-Sovereign': 'true' },
       audit,
       usage,
+      metrics,
+      alerts: new AlertBook({ thresholds: config.alerts, disk: () => null, prometheusProblem: () => null }, log),
       accounts: new Accounts(store),
       store,
       documents: new DocumentLibrary(store, {
@@ -115,6 +120,7 @@ export async function startStandInApp(
     images.close();
     responses.close();
     await usage.close();
+    await metrics.close();
     await audit.close();
     await store.close();
   });

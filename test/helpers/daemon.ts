@@ -71,7 +71,8 @@ export async function startDaemon(
     // Checkpoints are signed by a software key unless a test brings its own TPM (test/audit-tpm.test.ts does). One
     // inference thread: the suite runs two files at a time on two cores, and llama.cpp's threads spin at each step's
     // barrier, so two daemons of two threads each would take turns by the scheduler's timeslice.
-    env: { ...cleanEnv(), SOVEREIGN_AUDIT_SIGNER: 'software', SOVEREIGN_MODELS_THREADS: '1', ...env },
+    // The Prometheus endpoint (on by default on cloud and frontier) on a free port: daemons run side by side here.
+    env: { ...cleanEnv(), SOVEREIGN_AUDIT_SIGNER: 'software', SOVEREIGN_MODELS_THREADS: '1', SOVEREIGN_METRICS_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];

@@ -1,0 +1,341 @@
+// The operator's counters: per model calls, tokens, durations and queue length; errors by code; redactions by type
+// (counts only, never values); refused egress attempts; the data directory's size and its filesystem's room. Kept per
+// minute for 30 days in this machine's lmdb (each replica counts its own: they are this machine's figures), for the
+// console's charts; the totals since start feed the Prometheus endpoint (prometheus.ts). Counting is a few map
+// increments when a call ends; the minutes reach lmdb every few seconds (and at close), so a crash loses at most
+// those seconds of counts.
+import type { Database } from 'lmdb';
+import type { Store } from '../store/index.js';
+import { addHistogram, bucketOf, emptyHistogram, quantile } from './latency.js';
+import { fullIn, sampleDisk, type DiskSample } from './disk.js';
+import type { MetricsTotals } from './prometheus.js';
+
+export { LATENCY_BOUNDS_MS, quantile } from './latency.js';
+export { fullIn, type DiskSample } from './disk.js';
+export { startPrometheus, prometheusText, type MetricsTotals, type PrometheusSources, type PrometheusListener } from './prometheus.js';
+
+const MINUTE = 60_000;
+const FLUSH_MS = 5_000;
+const KEEP_MINUTES = 30 * 24 * 60;
+const DISK_EVERY_MS = MINUTE;
+
+export interface ModelMinute {
+  calls: number;
+  errors: number;
+  promptTokens: number;
+  completionTokens: number;
+  /** Durations, counts per bucket of LATENCY_BOUNDS_MS. */
+  latency: number[];
+  /** The most calls seen waiting at once in the minute (sampled every few seconds). */
+  queue: number;
+}
+
+/** One minute of this machine's counters. */
+export interface MinuteRecord {
+  /** Every /v1 call that ended, and those answered with an error. */
+  calls: number;
+  errors: number;
+  models: Record<string, ModelMinute>;
+  errorCodes: Record<string, number>;
+  redactions: Record<string, number>;
+  egressRefused: number;
+  /** The last disk sample taken in the minute, if one was. */
+  disk?: DiskSample;
+}
+
+/** What a call that ended tells the counters. */
+export interface EndedCall {
+  model: string | null;
+  status: number;
+  /** The error's code when the answer was an error. */
+  errorCode: string | null;
+  durationMs: number;
+  /** Redactions in the request and in the answer, by type. */
+  redactions: Record<string, number> | null;
+  outputRedactions: Record<string, number> | null;
+}
+
+/** A period's counters, one value per bucket of `stepSeconds` from `from`: what the console's charts draw. */
+export interface MetricsSeries {
+  from: string;
+  stepSeconds: number;
+  buckets: number;
+  calls: number[];
+  errors: number[];
+  models: Record<string, { calls: number[]; tokens: number[]; p95Ms: Array<number | null>; queue: number[]; totals: ModelTotals }>;
+  errorCodes: Record<string, number[]>;
+  redactions: Record<string, number[]>;
+  egressRefused: number[];
+  /** Bytes the data directory held at each bucket's last sample (null: no sample in that bucket). */
+  diskUsed: Array<number | null>;
+}
+
+/** A model's figures over a whole period. */
+export interface ModelTotals {
+  calls: number;
+  errors: number;
+  callsPerSecond: number;
+  tokensPerSecond: number;
+  p95Ms: number | null;
+  queueMax: number;
+}
+
+const emptyMinute = (): MinuteRecord => ({ calls: 0, errors: 0, models: {}, errorCodes: {}, redactions: {}, egressRefused: 0 });
+const emptyModel = (): ModelMinute => ({ calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram(), queue: 0 });
+
+function addInto(into: Record<string, number>, from: Record<string, number> | null | undefined): void {
+  if (!from) return;
+  for (const [k, v] of Object.entries(from)) if (v) into[k] = (into[k] ?? 0) + v;
+}
+
+function mergeMinute(into: MinuteRecord, from: MinuteRecord): MinuteRecord {
+  into.calls += from.calls;
+  into.errors += from.errors;
+  for (const [id, m] of Object.entries(from.models)) {
+    const target = (into.models[id] ??= emptyModel());
+    target.calls += m.calls;
+    target.errors += m.errors;
+    target.promptTokens += m.promptTokens;
+    target.completionTokens += m.completionTokens;
+    addHistogram(target.latency, m.latency);
+    target.queue = Math.max(target.queue, m.queue);
+  }
+  addInto(into.errorCodes, from.errorCodes);
+  addInto(into.redactions, from.redactions);
+  into.egressRefused += from.egressRefused;
+  if (from.disk) into.disk = from.disk;
+  return into;
+}
+
+export interface MetricsOptions {
+  dataDir: string;
+  /** Calls waiting per model now, sampled every few seconds for the queue series. */
+  queues: () => Array<{ model: string; waiting: number }>;
+  /** Told when counts could not be written (they are kept for the next try). */
+  onError?: (err: Error) => void;
+}
+
+export class OperatorMetrics {
+  private readonly db: Database<MinuteRecord, number>;
+  private pending = new Map<number, MinuteRecord>();
+  private timer: NodeJS.Timeout | null = null;
+  private diskTimer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> = Promise.resolve();
+  private lastDisk: (DiskSample & { at: string; fullInSeconds: number | null }) | null = null;
+  readonly totals: MetricsTotals = { calls: new Map(), errorCodes: new Map(), redactions: new Map() };
+
+  constructor(
+    store: Store,
+    private readonly options: MetricsOptions,
+  ) {
+    this.db = store.db<MinuteRecord, number>('operator-metrics');
+  }
+
+  start(): void {
+    this.timer = setInterval(() => {
+      this.sampleQueues();
+      void this.flush();
+    }, FLUSH_MS);
+    this.timer.unref();
+    void this.sampleDisk();
+    this.diskTimer = setInterval(() => void this.sampleDisk(), DISK_EVERY_MS);
+    this.diskTimer.unref();
+  }
+
+  private minute(now: number): MinuteRecord {
+    const at = Math.floor(now / MINUTE);
+    let record = this.pending.get(at);
+    if (!record) this.pending.set(at, (record = emptyMinute()));
+    return record;
+  }
+
+  /** Counts a /v1 call that ended. */
+  recordCall(call: EndedCall, now = Date.now()): void {
+    const minute = this.minute(now);
+    const failed = call.status >= 400;
+    minute.calls++;
+    if (failed) minute.errors++;
+    if (call.errorCode) {
+      minute.errorCodes[call.errorCode] = (minute.errorCodes[call.errorCode] ?? 0) + 1;
+      this.totals.errorCodes.set(call.errorCode, (this.totals.errorCodes.get(call.errorCode) ?? 0) + 1);
+    }
+    for (const counts of [call.redactions, call.outputRedactions]) {
+      if (!counts) continue;
+      addInto(minute.redactions, counts);
+      for (const [type, n] of Object.entries(counts)) if (n) this.totals.redactions.set(type, (this.totals.redactions.get(type) ?? 0) + n);
+    }
+    if (call.model === null) return;
+    const model = (minute.models[call.model] ??= emptyModel());
+    model.calls++;
+    if (failed) model.errors++;
+    const bucket = bucketOf(call.durationMs);
+    model.latency[bucket]!++;
+    const total = this.totalOf(call.model);
+    total.calls++;
+    if (failed) total.errors++;
+    total.latency[bucket]!++;
+  }
+
+  private totalOf(model: string) {
+    let total = this.totals.calls.get(model);
+    if (!total)
+      this.totals.calls.set(model, (total = { calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram() }));
+    return total;
+  }
+
+  /** Counts the tokens a call used, once its engine has stopped (in the minute it stopped). */
+  recordTokens(model: string, prompt: number, completion: number, now = Date.now()): void {
+    const m = (this.minute(now).models[model] ??= emptyModel());
+    m.promptTokens += Math.max(0, prompt);
+    m.completionTokens += Math.max(0, completion);
+    const total = this.totalOf(model);
+    total.promptTokens += Math.max(0, prompt);
+    total.completionTokens += Math.max(0, completion);
+  }
+
+  /** Counts an outbound attempt the egress guard refused. */
+  recordEgressRefused(now = Date.now()): void {
+    this.minute(now).egressRefused++;
+  }
+
+  private sampleQueues(now = Date.now()): void {
+    for (const { model, waiting } of this.options.queues()) {
+      if (!waiting) continue;
+      const m = (this.minute(now).models[model] ??= emptyModel());
+      m.queue = Math.max(m.queue, waiting);
+    }
+  }
+
+  private async sampleDisk(): Promise<void> {
+    try {
+      const sample = await sampleDisk(this.options.dataDir);
+      const now = Date.now();
+      this.minute(now).disk = sample;
+      // The rate over the last day, computed once per sample rather than at every look.
+      const samples: Array<{ at: number; free: number }> = [];
+      for (const [minute, record] of this.minutes(now - 24 * 3600_000, now))
+        if (record.disk) samples.push({ at: minute * MINUTE, free: record.disk.free });
+      this.lastDisk = { ...sample, at: new Date(now).toISOString(), fullInSeconds: fullIn(samples) };
+    } catch (err) {
+      this.options.onError?.(err as Error);
+    }
+  }
+
+  /** The newest disk sample, and when the filesystem fills at its rate over the last day (null: not filling). */
+  disk(): (DiskSample & { at: string; fullInSeconds: number | null }) | null {
+    return this.lastDisk;
+  }
+
+  /** Stored and pending minutes from `fromMs` to `toMs`, merged, in order. */
+  private minutes(fromMs: number, toMs: number): Map<number, MinuteRecord> {
+    const start = Math.floor(fromMs / MINUTE);
+    const end = Math.floor(toMs / MINUTE);
+    const out = new Map<number, MinuteRecord>();
+    for (const { key, value } of this.db.getRange({ start, end: end + 1 })) out.set(key, mergeMinute(emptyMinute(), value));
+    for (const [at, record] of [...this.pending].sort(([a], [b]) => a - b)) {
+      if (at < start || at > end) continue;
+      const stored = out.get(at);
+      out.set(at, stored ? mergeMinute(stored, record) : mergeMinute(emptyMinute(), record));
+    }
+    return new Map([...out].sort(([a], [b]) => a - b));
+  }
+
+  /** The counters of the last `hours`, in `buckets` equal steps ending with the current minute. */
+  series(hours: number, buckets: number, now = Date.now()): MetricsSeries {
+    const minutes = hours * 60;
+    const perBucket = Math.max(1, Math.ceil(minutes / buckets));
+    const count = Math.ceil(minutes / perBucket);
+    const lastMinute = Math.floor(now / MINUTE);
+    const firstMinute = lastMinute - count * perBucket + 1;
+    const zeros = () => new Array<number>(count).fill(0);
+    const out: MetricsSeries = {
+      from: new Date(firstMinute * MINUTE).toISOString(),
+      stepSeconds: perBucket * 60,
+      buckets: count,
+      calls: zeros(),
+      errors: zeros(),
+      models: {},
+      errorCodes: {},
+      redactions: {},
+      egressRefused: zeros(),
+      diskUsed: new Array<number | null>(count).fill(null),
+    };
+    const histograms = new Map<string, number[][]>();
+    const totals = new Map<string, number[]>();
+    for (const [minute, record] of this.minutes(firstMinute * MINUTE, now)) {
+      const i = Math.floor((minute - firstMinute) / perBucket);
+      if (i < 0 || i >= count) continue;
+      out.calls[i]! += record.calls;
+      out.errors[i]! += record.errors;
+      out.egressRefused[i]! += record.egressRefused;
+      if (record.disk) out.diskUsed[i] = record.disk.used;
+      for (const [code, n] of Object.entries(record.errorCodes)) (out.errorCodes[code] ??= zeros())[i]! += n;
+      for (const [type, n] of Object.entries(record.redactions)) (out.redactions[type] ??= zeros())[i]! += n;
+      for (const [id, m] of Object.entries(record.models)) {
+        const series = (out.models[id] ??= {
+          calls: zeros(),
+          tokens: zeros(),
+          p95Ms: new Array<number | null>(count).fill(null),
+          queue: zeros(),
+          totals: { calls: 0, errors: 0, callsPerSecond: 0, tokensPerSecond: 0, p95Ms: null, queueMax: 0 },
+        });
+        series.calls[i]! += m.calls;
+        series.tokens[i]! += m.promptTokens + m.completionTokens;
+        series.queue[i] = Math.max(series.queue[i]!, m.queue);
+        series.totals.calls += m.calls;
+        series.totals.errors += m.errors;
+        series.totals.queueMax = Math.max(series.totals.queueMax, m.queue);
+        const buckets = histograms.get(id) ?? histograms.set(id, Array.from({ length: count }, emptyHistogram)).get(id)!;
+        addHistogram(buckets[i]!, m.latency);
+        const whole = totals.get(id) ?? totals.set(id, emptyHistogram()).get(id)!;
+        addHistogram(whole, m.latency);
+      }
+    }
+    const seconds = count * perBucket * 60;
+    for (const [id, series] of Object.entries(out.models)) {
+      const buckets = histograms.get(id)!;
+      series.p95Ms = buckets.map((h) => roundMs(quantile(h, 0.95)));
+      series.totals.p95Ms = roundMs(quantile(totals.get(id)!, 0.95));
+      series.totals.callsPerSecond = series.totals.calls / seconds;
+      series.totals.tokensPerSecond = series.tokens.reduce((a, b) => a + b, 0) / seconds;
+    }
+    return out;
+  }
+
+  /**
+   * Adds the pending minutes to lmdb and drops minutes older than 30 days. A failed write keeps its counts for the next
+   * try and is reported, never thrown: counting must not stop the daemon.
+   */
+  flush(): Promise<void> {
+    this.flushing = this.flushing.then(async () => {
+      const batch = this.pending;
+      if (!batch.size) return;
+      this.pending = new Map();
+      const horizon = Math.floor(Date.now() / MINUTE) - KEEP_MINUTES;
+      try {
+        await this.db.transaction(() => {
+          for (const [at, record] of batch) {
+            const stored = this.db.get(at);
+            void this.db.put(at, stored ? mergeMinute(stored, record) : record);
+          }
+          for (const key of this.db.getKeys({ end: horizon })) void this.db.remove(key);
+        });
+      } catch (err) {
+        for (const [at, record] of batch) {
+          const newer = this.pending.get(at);
+          this.pending.set(at, newer ? mergeMinute(record, newer) : record);
+        }
+        this.options.onError?.(err as Error);
+      }
+    });
+    return this.flushing;
+  }
+
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    if (this.diskTimer) clearInterval(this.diskTimer);
+    await this.flush();
+  }
+}
+
+const roundMs = (ms: number | null) => (ms === null ? null : Math.round(ms));
