@@ -240,13 +240,13 @@ export async function startDaemon(
       catalog,
       engines,
       state,
-      audit: audit!,
+      audit: audit,
       egress,
       boots: boots.report,
       store,
       metrics,
       alerts,
-      upstreams: upstreams!,
+      upstreams: upstreams,
       limits: keyLimits,
     });
   alerts.watch(report);
