@@ -124,12 +124,12 @@ t.test('calls are counted per model with tokens and durations; errors by code; r
   t.equal(series.buckets, 60);
   t.equal(series.stepSeconds, 60);
   const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
-  t.equal(series.models['tiny-chat']!.totals.calls, 3);
-  t.equal(sum(series.models['tiny-chat']!.calls), 3);
-  t.ok(sum(series.models['tiny-chat']!.tokens) > 0);
-  t.ok(series.models['tiny-chat']!.totals.p95Ms > 0, 'a p95 duration');
-  t.equal(sum(series.errorCodes.invalid_api_key!), 1);
-  t.ok(sum(series.redactions.NATIONAL_ID!) >= 3);
+  t.equal(series.models['tiny-chat'].totals.calls, 3);
+  t.equal(sum(series.models['tiny-chat'].calls), 3);
+  t.ok(sum(series.models['tiny-chat'].tokens) > 0);
+  t.ok(series.models['tiny-chat'].totals.p95Ms > 0, 'a p95 duration');
+  t.equal(sum(series.errorCodes.invalid_api_key), 1);
+  t.ok(sum(series.redactions.NATIONAL_ID) >= 3);
   t.ok(sum(series.calls) >= 6, 'every /v1 call counts, health included');
   t.equal((await admin.call('GET', '/metrics?hours=5')).status, 400, 'an unknown period is refused');
   const day = (await admin.call('GET', '/metrics?hours=24')).json as { buckets: number; stepSeconds: number };
@@ -143,7 +143,7 @@ t.test('calls are counted per model with tokens and durations; errors by code; r
 
 t.test('alerts: the checkpoint late raised and cleared; the disk below its threshold; in health and Prometheus', async (t) => {
   // Looked at through Prometheus: a /v1/health call is itself a call the log records, which brings a checkpoint.
-  const alertsNow = async () => [...(await request(metricsUrl)).text.matchAll(/^sovereign_alert\{code="(\w+)"/gm)].map((m) => m[1]!);
+  const alertsNow = async () => [...(await request(metricsUrl)).text.matchAll(/^sovereign_alert\{code="(\w+)"/gm)].map((m) => m[1]);
   let codes: string[] = [];
   for (let until = Date.now() + 15_000; Date.now() < until;) {
     codes = await alertsNow();
@@ -191,7 +191,7 @@ t.test('the first-run checklist: what the daemon sees, and the marks an administ
     ],
     'a software signer is not the TPM; no certificate on the device posture',
   );
-  t.equal(first[0]!.command, 'sovereign audit init-tpm');
+  t.equal(first[0].command, 'sovereign audit init-tpm');
   const leaf = Number((await client.models.list().withResponse()).response.headers.get('x-audit-leaf'));
   t.equal(
     (await admin.call('POST', '/checklist', { item: 'first_verified_receipt', leaf: 10 ** 9 })).status,
