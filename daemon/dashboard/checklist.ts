@@ -6,19 +6,7 @@ import { ApiError } from '../errors/index.js';
 import { usesTls } from '../config/index.js';
 import { certificateFingerprint } from '../net/index.js';
 import type { DashboardDeps } from './deps.js';
-
-export type ChecklistItemId = 'audit_key_in_tpm' | 'model_verified' | 'tls_fingerprint_recorded' | 'first_key' | 'first_verified_receipt';
-
-export interface ChecklistItem {
-  id: ChecklistItemId;
-  done: boolean;
-  /** The console's page where the step is taken, if it is taken there. */
-  page: 'models' | 'keys' | 'audit' | null;
-  /** The command that takes it on the device, if one does. */
-  command: string | null;
-  /** What the step shows: the signer, the fingerprint to record… */
-  facts: Record<string, string | number>;
-}
+import type { ChecklistItem } from './wire.js';
 
 export const CHECKLIST_MARKS = ['tls_fingerprint_recorded', 'first_verified_receipt'] as const;
 export type ChecklistMark = (typeof CHECKLIST_MARKS)[number];

@@ -6,6 +6,7 @@ import { ApiError } from '../errors/index.js';
 import { checklist, CHECKLIST_MARKS, markChecklist, type ChecklistMark } from './checklist.js';
 import { asUser, type DashboardContext } from './context.js';
 import { adminOnly, signedIn } from './guards.js';
+import type { OverviewView } from './wire.js';
 
 /** The periods the charts offer, in hours, and the buckets each is drawn in (one a minute over an hour…). */
 const PERIODS: Record<string, number> = { 1: 60, 24: 48, 168: 56, 720: 60 };
@@ -21,7 +22,8 @@ export function overviewApi(ctx: DashboardContext): FastifyPluginAsync {
         health: deps.health(),
         listed: deps.catalog.listed().map((m) => m.id),
         checklist: admin ? checklist(deps) : null,
-      };
+        checkpointLagSeconds: deps.config.alerts.checkpointLagSeconds,
+      } satisfies OverviewView;
     });
 
     api.get<{ Querystring: { hours?: string } }>('/metrics', async (request) => {

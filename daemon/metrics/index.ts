@@ -9,6 +9,9 @@ import type { Store } from '../store/index.js';
 import { addHistogram, bucketOf, emptyHistogram, quantile } from './latency.js';
 import { fullIn, sampleDisk, type DiskSample } from './disk.js';
 import type { MetricsTotals } from './prometheus.js';
+import type { MetricsSeries } from './types.js';
+
+export type { MetricsSeries, ModelTotals } from './types.js';
 
 export { LATENCY_BOUNDS_MS, quantile } from './latency.js';
 export { fullIn, type DiskSample } from './disk.js';
@@ -53,31 +56,6 @@ export interface EndedCall {
   /** Redactions in the request and in the answer, by type. */
   redactions: Record<string, number> | null;
   outputRedactions: Record<string, number> | null;
-}
-
-/** A period's counters, one value per bucket of `stepSeconds` from `from`: what the console's charts draw. */
-export interface MetricsSeries {
-  from: string;
-  stepSeconds: number;
-  buckets: number;
-  calls: number[];
-  errors: number[];
-  models: Record<string, { calls: number[]; tokens: number[]; p95Ms: Array<number | null>; queue: number[]; totals: ModelTotals }>;
-  errorCodes: Record<string, number[]>;
-  redactions: Record<string, number[]>;
-  egressRefused: number[];
-  /** Bytes the data directory held at each bucket's last sample (null: no sample in that bucket). */
-  diskUsed: Array<number | null>;
-}
-
-/** A model's figures over a whole period. */
-export interface ModelTotals {
-  calls: number;
-  errors: number;
-  callsPerSecond: number;
-  tokensPerSecond: number;
-  p95Ms: number | null;
-  queueMax: number;
 }
 
 const emptyMinute = (): MinuteRecord => ({ calls: 0, errors: 0, models: {}, errorCodes: {}, redactions: {}, egressRefused: 0 });

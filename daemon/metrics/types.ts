@@ -1,0 +1,27 @@
+// The counters of a period as the console's charts read them. Plain types that import nothing: the console's web code
+// reads them too (daemon/dashboard/wire.ts).
+
+/** A period's counters, one value per bucket of `stepSeconds` from `from`: what the console's charts draw. */
+export interface MetricsSeries {
+  from: string;
+  stepSeconds: number;
+  buckets: number;
+  calls: number[];
+  errors: number[];
+  models: Record<string, { calls: number[]; tokens: number[]; p95Ms: Array<number | null>; queue: number[]; totals: ModelTotals }>;
+  errorCodes: Record<string, number[]>;
+  redactions: Record<string, number[]>;
+  egressRefused: number[];
+  /** Bytes the data directory held at each bucket's last sample (null: no sample in that bucket). */
+  diskUsed: Array<number | null>;
+}
+
+/** A model's figures over a whole period. */
+export interface ModelTotals {
+  calls: number;
+  errors: number;
+  callsPerSecond: number;
+  tokensPerSecond: number;
+  p95Ms: number | null;
+  queueMax: number;
+}
