@@ -2,7 +2,7 @@
 // series' unit, x ticks that carry the date when the period crosses midnight, an empty state that keeps the axes,
 // and the same numbers in a table that only screen readers see. Time runs left to right (old to new) in Arabic too.
 import type { JSX } from 'preact';
-import { formatBytes, formatDate, formatNumber, t } from './i18n.js';
+import { currentLang, formatBytes, formatDate, formatNumber, t } from './i18n.js';
 
 /** `percent`: values from 0 to 100. */
 export type Unit = 'count' | 'perSecond' | 'ms' | 'bytes' | 'percent';
@@ -67,9 +67,12 @@ function stack(series: Series[], n: number, stacked: boolean): Array<Array<numbe
   );
 }
 
-/** Up to five bucket indices spread over the period, with their labels; a label equal to an earlier one is dropped. */
+/**
+ * Bucket indices spread over the period (five, or four when labels carry the date and so are wider), with their
+ * labels; a label equal to an earlier one is dropped.
+ */
 function xTicks(n: number, timeOf: (i: number) => string, withDates: boolean): Array<{ i: number; label: string }> {
-  const count = Math.min(n, 5);
+  const count = Math.min(n, withDates ? 4 : 5);
   const indices = [...new Set(Array.from({ length: count }, (_, j) => (count === 1 ? 0 : Math.round((j * (n - 1)) / (count - 1)))))];
   const seen = new Set<string>();
   return indices.flatMap((i) => {
@@ -112,6 +115,12 @@ export function TimeSeriesChart(props: {
   const withDates = new Date(timeOf(0)).toDateString() !== new Date(timeOf(n - 1)).toDateString();
   const period = { from: formatDate(timeOf(0), DATE_TIME), to: formatDate(timeOf(n), DATE_TIME) };
   const emptyText = props.empty ?? t('chart.noData');
+  // The axis runs left to right in every language, but each label is text in the page's direction: Chromium lays SVG
+  // text out by the inherited CSS direction (the svg's dir attribute does not change it), and text-anchor's start and
+  // end follow it. Labels name their direction, and anchors are chosen by side.
+  const direction = currentLang() === 'ar' ? 'rtl' : 'ltr';
+  const anchor = (side: 'left' | 'right' | 'middle') =>
+    side === 'middle' ? side : (side === 'left') === (direction === 'ltr') ? 'start' : 'end';
 
   let summary: string;
   if (unit === 'count' || unit === 'bytes') {
@@ -169,7 +178,7 @@ export function TimeSeriesChart(props: {
         {ticks.map((v) => (
           <g key={v}>
             <line x1={LEFT} x2={WIDTH - RIGHT} y1={y(v)} y2={y(v)} stroke={v ? '#e3e7eb' : '#8a949e'} />
-            <text x={LEFT - 6} y={y(v) + 4} text-anchor="end">
+            <text x={LEFT - 6} y={y(v) + 4} text-anchor={anchor('right')} direction={direction}>
               {valueText(v, unit)}
             </text>
           </g>
@@ -179,7 +188,8 @@ export function TimeSeriesChart(props: {
             key={i}
             x={center(i)}
             y={HEIGHT - 8}
-            text-anchor={j === 0 && all.length > 1 ? 'start' : j === all.length - 1 && all.length > 1 ? 'end' : 'middle'}
+            text-anchor={anchor(all.length < 2 ? 'middle' : j === 0 ? 'left' : j === all.length - 1 ? 'right' : 'middle')}
+            direction={direction}
           >
             {label}
           </text>
@@ -187,7 +197,13 @@ export function TimeSeriesChart(props: {
         {hasData ? (
           marks
         ) : (
-          <text x={LEFT + PLOT_W / 2} y={TOP + PLOT_H / 2} text-anchor="middle" data-testid={props.testId && `${props.testId}-empty`}>
+          <text
+            x={LEFT + PLOT_W / 2}
+            y={TOP + PLOT_H / 2}
+            text-anchor="middle"
+            direction={direction}
+            data-testid={props.testId && `${props.testId}-empty`}
+          >
             {emptyText}
           </text>
         )}
