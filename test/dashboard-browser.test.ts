@@ -70,10 +70,18 @@ const statusOf = (apiKey: string) =>
     .then(() => 200)
     .catch((e: { status?: number }) => e.status ?? 0);
 
-/** A screenshot of a main screen, and its check for WCAG 2 A/AA problems (labels, contrast, roles, language). */
-async function capture(t: { same: (a: unknown, b: unknown, m: string) => unknown }, on: Page, name: string): Promise<void> {
+/**
+ * A screenshot of a main screen, its check for WCAG 2 A/AA problems (labels, contrast, roles, language), and that no
+ * message shows a placeholder it was not given.
+ */
+async function capture(
+  t: { same: (a: unknown, b: unknown, m: string) => unknown; notMatch: (a: unknown, b: RegExp, m: string) => unknown },
+  on: Page,
+  name: string,
+): Promise<void> {
   await screenshot(on, name);
   t.same(await accessibilityProblems(on), [], `${name}: no accessibility problems axe-core can find`);
+  t.notMatch(await on.evaluate('document.body.innerText'), /\{\w+\}/, `${name}: no unfilled placeholder`);
 }
 
 t.test('sign up, create a key and use it; rotate and revoke it from the page', async (t) => {
@@ -147,7 +155,7 @@ t.test('models and health, then the whole dashboard in Arabic, right to left', a
   await page.getByText(/SOFTWARE key/).waitFor();
   t.match(
     await page.getByTestId('queue-tiny-chat').textContent(),
-    /^\d+ running, \d+ waiting \(priority \d+, default \d+, flex \d+\)$/,
+    /^\d+ calls? running, \d+ waiting \(priority \d+, default \d+, flex \d+\)$/,
     "each model's queue, by tier",
   );
   await capture(t, page, 'models-en');
@@ -209,7 +217,7 @@ t.test('the chat app: a document uploaded and asked about, with citations; a que
   await page.getByRole('button', { name: 'Upload' }).click();
   await page
     .getByTestId('uploads')
-    .getByText(/branch-hours\.md: \d+ passages indexed, 1 personal values redacted first/)
+    .getByText(/branch-hours\.md: \d+ passages? indexed, 1 personal value redacted first/)
     .waitFor();
   t.ok(await page.getByLabel(/Answer from the knowledge base my-documents/).isChecked(), 'questions now go to the knowledge base');
   await page.getByLabel('Your message').fill('When does the Olaya branch open?');
@@ -258,7 +266,10 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   await capture(t, admin, 'usage-en');
   await admin.getByTestId('usage-by').selectOption('route');
   await admin.locator('.legend').getByText('/v1/models').waitFor();
-  t.match((await admin.getByTestId('usage-chart').getAttribute('aria-label'))!, /^Calls per endpoint over the last 24 hours: \d+ in all$/);
+  t.match(
+    (await admin.getByTestId('usage-chart').getAttribute('aria-label'))!,
+    /^Calls per endpoint over the last 24 hours, .+ – .+: \d+ in all$/,
+  );
 
   await admin.getByRole('link', { name: 'Audit' }).click();
   t.match((await admin.getByTestId('signer').textContent())!, /SOFTWARE key, not the TPM/, 'a software signer is unmistakable');
@@ -308,6 +319,12 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   await admin.getByRole('link', { name: 'الاستخدام' }).click();
   await admin.getByTestId('usage-chart').waitFor();
   await capture(t, admin, 'usage-ar');
+  // A week: the time axis carries dates, and no two of its labels are alike (a 24-hour axis once read 11:00 … 11:00).
+  await admin.getByLabel('الفترة').selectOption('168');
+  await admin.locator('figcaption').getByText(/168/).waitFor();
+  const ticks = await admin.locator('[data-testid="usage-chart"] > text').allTextContents();
+  t.equal(new Set(ticks).size, ticks.length, `distinct time labels: ${ticks.join(' | ')}`);
+  await capture(t, admin, 'usage-week-ar');
   await context.close();
 });
 

@@ -9,6 +9,7 @@ export type { MetricsSeries, ModelTotals } from '../metrics/types.js';
 
 export type { ProjectRecord } from '../keys/view.js';
 export type { UserView } from '../accounts/view.js';
+export type { EgressHealth } from '../egress/view.js';
 
 /** A row of GET /keys: the registry's view of the key, and when it last made a call (ISO 8601; null: never). */
 export type KeyRow = KeyView & { lastUsedAt: string | null };

@@ -9,20 +9,11 @@ import type { Store } from '../store/index.js';
 import { EgressCounter } from './counter.js';
 import { installEgressGuard, type RefusedAttempt } from './guard.js';
 import { readKernelAccounting, systemdUnit, type KernelAccounting } from './kernel.js';
+import type { EgressHealth } from './view.js';
 
 export { EgressRefusedError, type RefusedAttempt } from './guard.js';
 export { parseAccounting, systemdUnit } from './kernel.js';
-
-export interface EgressHealth {
-  guard: 'on';
-  refused_since_first_boot: number;
-  refused_since_boot: number;
-  by_channel: Record<string, number>;
-  by_destination: Record<string, number>;
-  last_refused_at: string | null;
-  /** The kernel's count for the systemd unit (IPAccounting=yes); null when not run by systemd. */
-  kernel: { unit: string; ip_egress_bytes: number | null; ip_egress_packets: number | null; read_at: string } | null;
-}
+export type { EgressHealth } from './view.js';
 
 interface EgressLog {
   info(obj: object, msg: string): void;

@@ -135,7 +135,7 @@ function Header(props: { session: Session | null; page: Page; go: (page: Page) =
 function SignedInPage(props: { session: Session; page: Page }) {
   switch (props.page) {
     case 'chat':
-      return <ChatPage />;
+      return <ChatPage session={props.session} />;
     case 'models':
       return <ModelsPage />;
     case 'usage':

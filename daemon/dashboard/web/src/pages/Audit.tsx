@@ -6,7 +6,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { verify } from '../../../../../tools/verify-anchors.mjs';
 import { dash } from '../api.js';
 import { ErrorNote, messageOf } from '../components.js';
-import { formatDate, t } from '../i18n.js';
+import { formatDate, formatNumber, t } from '../i18n.js';
 
 interface AuditSummary {
   origin: string;
@@ -124,7 +124,16 @@ function Entries() {
           </tbody>
         </table>
       )}
-      {page && !page.entries.length && <p>{t('audit.noEntries')}</p>}
+      {page && !page.entries.length && (
+        <p data-testid="no-entries">
+          {t('audit.noEntries')}{' '}
+          {kind && (
+            <button type="button" onClick={() => setKind('')}>
+              {t('audit.showAll')}
+            </button>
+          )}
+        </p>
+      )}
     </>
   );
 }
@@ -163,7 +172,7 @@ export function AuditPage() {
             {summary.signer === 'tpm' ? t('audit.byTpm') : summary.signer === 'software' ? t('audit.bySoftware') : t('audit.bySomeone')}
           </p>
           <p>
-            {t('audit.summary', { size: summary.tree_size, origin: summary.origin })} <code dir="ltr">{summary.key_id}</code>
+            {t('audit.summary', { count: summary.tree_size, origin: summary.origin })} <code dir="ltr">{summary.key_id}</code>
           </p>
           {summary.problem && <p class="error">{summary.problem}</p>}
           <h2>{t('audit.latest')}</h2>
@@ -202,7 +211,7 @@ function Checkpoints(props: { checkpoints: AuditSummary['checkpoints'] }) {
         {props.checkpoints.map((c) => (
           <tr key={c.seq}>
             <td>{c.seq}</td>
-            <td>{c.size}</td>
+            <td>{formatNumber(c.size)}</td>
             <td>{formatDate(c.time)}</td>
             <td>{c.signer === 'tpm' ? t('audit.signerTpm') : t('audit.signerSoftware')}</td>
           </tr>
@@ -301,7 +310,8 @@ function ReceiptLookup(props: { setError: (error: string | null) => void }) {
       </form>
       {receipt && (
         <div data-testid="receipt">
-          <p>{t('audit.receiptOf', { leaf: receipt.leaf, seq: receipt.checkpoint.seq })}</p>
+          {/* Leaf and checkpoint numbers are identifiers, typed into the verifier as they are: never grouped or localised. */}
+          <p>{t('audit.receiptOf', { leaf: String(receipt.leaf), seq: String(receipt.checkpoint.seq) })}</p>
           <pre dir="ltr">{JSON.stringify(receipt.entry, null, 2)}</pre>
           <button type="button" onClick={() => void verifyReceipt(receipt)}>
             {t('audit.verifyReceipt')}

@@ -3,7 +3,7 @@
 // marked. Answers stream in; every message sets its own direction (dir="auto"), so Arabic reads right to left.
 import type { RefObject } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { dash, v1 } from '../api.js';
+import { dash, v1, type Session } from '../api.js';
 import { ErrorNote, ProjectSelect, messageOf, useProjects } from '../components.js';
 import { t } from '../i18n.js';
 
@@ -191,7 +191,7 @@ function useVoice(
   return { recording, voiceStatus, toggleRecording };
 }
 
-export function ChatPage() {
+export function ChatPage(props: { session: Session }) {
   const [messages, setMessages] = useState<Message[]>([]);
   const [error, setError] = useState<string | null>(null);
   const { projects, project, setProject } = useProjects(setError);
@@ -243,7 +243,11 @@ export function ChatPage() {
         <ModelSelect models={models} model={model} onChange={setModel} />
       </div>
       {projects.length === 0 && <p>{t('chat.noProject')}</p>}
-      {key && models.length === 0 && <p>{t('chat.noModels')}</p>}
+      {key && models.length === 0 && (
+        <p data-testid="no-models">
+          {t('chat.noModels')} {props.session.user?.role === 'admin' ? t('chat.noModelsAdmin') : t('chat.noModelsMember')}
+        </p>
+      )}
       <Documents
         chatKey={key}
         knowledgeBase={knowledgeBase}
@@ -309,7 +313,8 @@ function Documents(props: {
       const res = await v1('/documents', props.chatKey, { method: 'POST', body });
       const doc = (await res.json()) as { filename: string; chunks: number; redactions: Record<string, number> };
       const redacted = Object.values(doc.redactions).reduce((a, n) => a + n, 0);
-      setUploads((list) => [...list, t('chat.uploaded', { name: doc.filename, chunks: doc.chunks, redacted })]);
+      const indexed = t('chat.uploaded', { name: doc.filename, count: doc.chunks });
+      setUploads((list) => [...list, t('chat.uploadedBoth', { indexed, redacted: t('chat.uploadedRedacted', { count: redacted }) })]);
       props.setAskDocuments(true);
       form.reset();
     } catch (err) {

@@ -3,9 +3,12 @@
 import { useEffect, useState } from 'preact/hooks';
 import { dash, type Key, type Project, type Session } from '../api.js';
 import { Confirm, ErrorNote, Modal, ProjectSelect, field, messageOf, useProjects } from '../components.js';
-import { formatDate, t } from '../i18n.js';
+import { formatDate, formatNumber, t } from '../i18n.js';
 
 type Pending = { kind: 'rotate' | 'revoke' | 'limits'; key: Key } | null;
+
+/** The create form's name field, which the empty list's button sends the user to. */
+const KEY_NAME = 'new-key-name';
 
 function numberOrNull(form: FormData, name: string): number | null {
   const text = field(form, name).trim();
@@ -108,7 +111,18 @@ export function KeysPage(props: { session: Session }) {
 
       <section aria-labelledby="list-heading">
         <h2 id="list-heading">{t('keys.list')}</h2>
-        {keys.length === 0 ? <p>{t('keys.none')}</p> : <KeysTable keys={keys} metered={metered} onAction={setPending} />}
+        {keys.length === 0 ? (
+          <p data-testid="no-keys">
+            {t('keys.none')}{' '}
+            {project && (
+              <button type="button" onClick={() => document.getElementById(KEY_NAME)?.focus()}>
+                {t('keys.goToForm')}
+              </button>
+            )}
+          </p>
+        ) : (
+          <KeysTable keys={keys} metered={metered} onAction={setPending} />
+        )}
       </section>
 
       {secret && (
@@ -169,7 +183,7 @@ function CreateKey(props: { metered: boolean; onSubmit: (event: Event) => void }
       <form onSubmit={props.onSubmit} class="inline" data-testid="create-key">
         <label>
           {t('keys.name')}
-          <input name="name" maxLength={100} />
+          <input name="name" id={KEY_NAME} maxLength={100} />
         </label>
         {props.metered && (
           <>
@@ -221,7 +235,8 @@ function KeysTable(props: { keys: Key[]; metered: boolean; onAction: (pending: P
             <td>{formatDate(key.lastUsedAt)}</td>
             {metered && (
               <td dir="ltr">
-                {key.rpm ?? t('keys.default')} / {key.tpm ?? t('keys.default')}
+                {key.rpm == null ? t('keys.default') : formatNumber(key.rpm)} /{' '}
+                {key.tpm == null ? t('keys.default') : formatNumber(key.tpm)}
               </td>
             )}
             <td>

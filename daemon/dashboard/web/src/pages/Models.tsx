@@ -1,6 +1,7 @@
 // What this deployment serves and why other models are not listed, readiness, the audit signer and, on sealed
 // postures, the egress counter.
 import { useEffect, useState } from 'preact/hooks';
+import type { EgressHealth } from '../../../wire.js';
 import { dash } from '../api.js';
 import { ErrorNote, messageOf } from '../components.js';
 import { t, type MessageKey } from '../i18n.js';
@@ -23,7 +24,7 @@ interface Health {
   }>;
   unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
   audit: { entries: number; signer: string | null; problem: string | null } | null;
-  egress?: { refused: number };
+  egress?: EgressHealth;
 }
 
 export function ModelsPage() {
@@ -49,10 +50,14 @@ export function ModelsPage() {
           <p data-testid="health-status">
             {t('models.status', { status: health.status === 'ok' ? t('models.ok') : t('models.degraded'), region: health.region })}
           </p>
-          {health.egress && <p data-testid="egress">{t('models.egress', { count: health.egress.refused })}</p>}
+          {health.egress && (
+            <p data-testid="egress">
+              {t('models.egress', { firstBoot: health.egress.refused_since_first_boot, boot: health.egress.refused_since_boot })}
+            </p>
+          )}
           {health.audit && (
             <p>
-              {t('models.audit', { entries: health.audit.entries })}{' '}
+              {t('models.audit', { count: health.audit.entries })}{' '}
               <strong class={health.audit.signer === 'tpm' ? 'signer tpm' : 'signer software'}>
                 {health.audit.signer === 'tpm' ? t('audit.signerTpm') : t('audit.signerSoftware')}
               </strong>
@@ -113,7 +118,7 @@ function queueOf(m: Health['models'][number]): string {
   if (m.busy === undefined || m.waiting === undefined) return '';
   const tiers = m.waiting_by_tier;
   const byTier = tiers ? t('models.queueTiers', { priority: tiers.priority, default: tiers.default, flex: tiers.flex }) : '';
-  return `${t('models.queueCounts', { busy: m.busy, waiting: m.waiting })}${byTier ? ` ${byTier}` : ''}`;
+  return `${t('models.queueCounts', { count: m.busy, waiting: m.waiting })}${byTier ? ` ${byTier}` : ''}`;
 }
 
 /** The manifest's models this deployment does not serve, and why. */

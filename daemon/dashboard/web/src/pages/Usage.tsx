@@ -1,9 +1,10 @@
-// Usage: calls per key over time (a stacked bar chart), and per key and endpoint the calls, errors and rate-limit
+// Usage: calls per key or endpoint over time (a stacked bar chart), and per key and endpoint the calls, errors and rate-limit
 // refusals. The table carries the same numbers as the chart, for screen readers and for copying.
 import { useEffect, useState } from 'preact/hooks';
 import { dash } from '../api.js';
 import { ErrorNote, ProjectSelect, messageOf, useProjects } from '../components.js';
-import { currentLang, t } from '../i18n.js';
+import { TimeSeriesChart } from '../chart.js';
+import { formatNumber, t } from '../i18n.js';
 
 interface Point {
   minute: string;
@@ -20,84 +21,37 @@ interface Usage {
   series: Point[];
 }
 
-const COLORS = ['#0b5cad', '#c2410c', '#15803d', '#7e22ce', '#b91c1c', '#0f766e', '#a16207', '#4338ca'];
 const BUCKETS = [1, 5, 15, 30, 60, 180, 360, 720, 1440];
 
+/** Calls per bucket of the period (at most 48 buckets), one series per key or per endpoint, stacked. */
 function Chart(props: { usage: Usage; hours: number; by: 'key' | 'route' }) {
   const { usage, hours, by } = props;
   const bucket = BUCKETS.find((b) => (hours * 60) / b <= 48) ?? 1440;
   const start = Math.floor(Date.parse(usage.since) / 60_000 / bucket) * bucket;
   const count = Math.ceil((hours * 60) / bucket) + 1;
-  // The series of the chart: one per key, or one per endpoint.
-  const keys = by === 'key' ? usage.keys.map((k) => k.id) : [...new Set(usage.series.map((p) => p.route))].sort();
-  const bars = Array.from({ length: count }, () => new Map<string, number>());
+  const ids = by === 'key' ? usage.keys.map((k) => k.id) : [...new Set(usage.series.map((p) => p.route))].sort();
+  const values = new Map(ids.map((id) => [id, new Array<number>(count).fill(0)]));
   for (const p of usage.series) {
     const i = Math.floor((Date.parse(p.minute) / 60_000 - start) / bucket);
-    const bar = bars[i];
-    const series = by === 'key' ? p.key : p.route;
-    if (bar) bar.set(series, (bar.get(series) ?? 0) + p.calls);
+    const row = values.get(by === 'key' ? p.key : p.route);
+    if (row && i >= 0 && i < count) row[i]! += p.calls;
   }
-  const max = Math.max(1, ...bars.map((b) => [...b.values()].reduce((a, c) => a + c, 0)));
-  const width = 720;
-  const height = 200;
-  const barWidth = width / count;
-  const total = usage.series.reduce((a, p) => a + p.calls, 0);
-  const time = (minute: number) =>
-    new Intl.DateTimeFormat(currentLang() === 'ar' ? 'ar-SA-u-nu-latn' : 'en-GB', { hour: '2-digit', minute: '2-digit' }).format(
-      new Date(minute * 60_000),
-    );
+  const label = (id: string) => {
+    const name = by === 'key' ? usage.keys.find((k) => k.id === id)?.name : null;
+    return name ? `${name} (${id})` : id;
+  };
   return (
-    <figure>
-      <svg
-        viewBox={`0 0 ${width} ${height + 20}`}
-        role="img"
-        aria-label={t(by === 'key' ? 'usage.chartLabel' : 'usage.chartLabelRoutes', { total, hours })}
-        data-testid="usage-chart"
-        class="chart"
-      >
-        <line x1={0} y1={height} x2={width} y2={height} stroke="#c9d1d9" />
-        {bars.map((bar, i) => {
-          let y = height;
-          return keys.map((key, k) => {
-            const calls = bar.get(key) ?? 0;
-            if (!calls) return null;
-            const h = (calls / max) * (height - 10);
-            y -= h;
-            return (
-              <rect
-                key={`${i}-${key}`}
-                x={i * barWidth + 1}
-                y={y}
-                width={Math.max(1, barWidth - 2)}
-                height={h}
-                fill={COLORS[k % COLORS.length]}
-              >
-                <title>{`${time(start + i * bucket)} · ${key}: ${calls}`}</title>
-              </rect>
-            );
-          });
-        })}
-        <text x={0} y={height + 16} font-size="12">
-          {time(start)}
-        </text>
-        <text x={width} y={height + 16} font-size="12" text-anchor="end">
-          {time(start + (count - 1) * bucket)}
-        </text>
-        <text x={4} y={12} font-size="12">
-          {t('usage.max', { max })}
-        </text>
-      </svg>
-      <figcaption>
-        <ul class="legend">
-          {keys.map((id, i) => (
-            <li key={id}>
-              <span class="swatch" style={{ background: COLORS[i % COLORS.length] }} /> <code>{id}</code>{' '}
-              {by === 'key' ? (usage.keys.find((k) => k.id === id)?.name ?? '') : ''}
-            </li>
-          ))}
-        </ul>
-      </figcaption>
-    </figure>
+    <TimeSeriesChart
+      title={t(by === 'key' ? 'usage.chartLabel' : 'usage.chartLabelRoutes', { count: hours })}
+      from={new Date(start * 60_000).toISOString()}
+      stepSeconds={bucket * 60}
+      series={ids.map((id) => ({ id, label: label(id), values: values.get(id)! }))}
+      unit="count"
+      kind="bars"
+      stacked
+      testId="usage-chart"
+      empty={t('usage.chartEmpty')}
+    />
   );
 }
 
@@ -135,8 +89,8 @@ export function UsagePage() {
           {t('usage.period')}
           <select value={String(hours)} onChange={(e) => setHours(Number(e.currentTarget.value))}>
             <option value="1">{t('usage.hour')}</option>
-            <option value="24">{t('usage.day')}</option>
-            <option value="168">{t('usage.week')}</option>
+            <option value="24">{t('usage.day', { count: 24 })}</option>
+            <option value="168">{t('usage.week', { count: 7 })}</option>
           </select>
         </label>
         <label>
@@ -169,9 +123,9 @@ export function UsagePage() {
                   <code>{r.key}</code>
                 </td>
                 <td dir="ltr">{r.route}</td>
-                <td>{r.calls}</td>
-                <td>{r.errors}</td>
-                <td>{r.limited}</td>
+                <td>{formatNumber(r.calls)}</td>
+                <td>{formatNumber(r.errors)}</td>
+                <td>{formatNumber(r.limited)}</td>
               </tr>
             ))}
           </tbody>
