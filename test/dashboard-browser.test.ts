@@ -14,7 +14,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
 import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
-import { accessibilityProblems, launchBrowser, newPage, screenshot } from './helpers/browser.js';
+import { accessibilityProblems, capture, launchBrowser, newPage } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
 
@@ -70,20 +70,6 @@ const statusOf = (apiKey: string) =>
     .then(() => 200)
     .catch((e: { status?: number }) => e.status ?? 0);
 
-/**
- * A screenshot of a main screen, its check for WCAG 2 A/AA problems (labels, contrast, roles, language), and that no
- * message shows a placeholder it was not given.
- */
-async function capture(
-  t: { same: (a: unknown, b: unknown, m: string) => unknown; notMatch: (a: unknown, b: RegExp, m: string) => unknown },
-  on: Page,
-  name: string,
-): Promise<void> {
-  await screenshot(on, name);
-  t.same(await accessibilityProblems(on), [], `${name}: no accessibility problems axe-core can find`);
-  t.notMatch(await on.evaluate('document.body.innerText'), /\{\w+\}/, `${name}: no unfilled placeholder`);
-}
-
 t.test('sign up, create a key and use it; rotate and revoke it from the page', async (t) => {
   await page.goto(`${origin}/dashboard/`);
   await page.getByRole('heading', { name: 'Sign in' }).waitFor();
@@ -93,6 +79,9 @@ t.test('sign up, create a key and use it; rotate and revoke it from the page', a
   await page.getByLabel('Password').fill(PASSWORD);
   await page.getByLabel('First project name').fill('retail');
   await page.getByRole('button', { name: 'Create account' }).click();
+  // Signed in, the overview comes first; the keys are a click away.
+  await page.getByRole('heading', { name: 'Overview' }).waitFor();
+  await page.getByRole('link', { name: 'Keys' }).click();
   await page.getByRole('heading', { name: 'Projects and keys' }).waitFor();
 
   t.notMatch(await page.evaluate('document.cookie'), /sov_session/, 'the session cookie is out of the page’s reach');
@@ -258,7 +247,7 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   await admin.getByLabel('Email').fill('auditor@bank.example');
   await admin.getByLabel('Password').fill(PASSWORD);
   await admin.getByRole('button', { name: 'Sign in' }).click();
-  await admin.getByRole('heading', { name: 'Projects and keys' }).waitFor();
+  await admin.getByRole('heading', { name: 'Overview' }).waitFor();
 
   await admin.getByRole('link', { name: 'Usage' }).click();
   await admin.getByTestId('usage-chart').waitFor();
@@ -375,7 +364,7 @@ t.test('a frontier daemon shows its banner on every screen, and labels the provi
   await p.getByLabel('Password').fill(PASSWORD);
   await p.getByLabel('First project name').fill('research');
   await p.getByRole('button', { name: 'Create account' }).click();
-  await p.getByRole('heading', { name: 'Projects and keys' }).waitFor();
+  await p.getByRole('heading', { name: 'Overview' }).waitFor();
   await p.getByRole('link', { name: 'Models and health' }).click();
   const where = p.getByTestId('where-gpt-frontier');
   await where.waitFor();

@@ -8,8 +8,8 @@ import { asUser, type DashboardContext } from './context.js';
 import { adminOnly, signedIn } from './guards.js';
 import type { OverviewView } from './wire.js';
 
-/** The periods the charts offer, in hours, and the buckets each is drawn in (one a minute over an hour…). */
-const PERIODS: Record<string, number> = { 1: 60, 24: 48, 168: 56, 720: 60 };
+/** The periods the charts offer, in hours, and the buckets each is drawn in (a minute each over an hour, a day each over 30 days). */
+const PERIODS: Record<string, number> = { 1: 60, 24: 48, 168: 56, 720: 30 };
 const ADMINS = 'The device’s counters and its checklist are for its administrators.';
 
 export function overviewApi(ctx: DashboardContext): FastifyPluginAsync {

@@ -68,3 +68,17 @@ export async function accessibilityProblems(page: Page): Promise<string[]> {
   );
   return violations.map((v) => `${v.id}: ${v.nodes.join(', ')}`);
 }
+
+/**
+ * A screenshot of a main screen, and its checks: no WCAG 2 A/AA problem axe-core finds (labels, contrast, roles,
+ * language…) and no message placeholder left unfilled in the text shown.
+ */
+export async function capture(
+  t: { same: (a: unknown, b: unknown, m: string) => unknown; notMatch: (a: unknown, b: RegExp, m: string) => unknown },
+  on: Page,
+  name: string,
+): Promise<void> {
+  await screenshot(on, name);
+  t.same(await accessibilityProblems(on), [], `${name}: no accessibility problems axe-core can find`);
+  t.notMatch(await on.evaluate('document.body.innerText'), /\{\w+\}/, `${name}: no unfilled placeholder`);
+}

@@ -1,6 +1,8 @@
 // Calls to the dashboard's own API (cookie session, CSRF header on every change) and to /v1 with the chat app's key.
 import type { KeyRow, ProjectRecord, UserView } from '../../wire.js';
 
+export type { Alert, ChecklistItem, MetricsSeries, OverviewView } from '../../wire.js';
+
 // The server's own types (daemon/dashboard/wire.ts), as the pages name them.
 export type User = UserView;
 export type Project = ProjectRecord;

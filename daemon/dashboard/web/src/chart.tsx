@@ -97,6 +97,8 @@ export function TimeSeriesChart(props: {
   empty?: string;
   /** A threshold line. */
   warnAbove?: number;
+  /** Zeros are data (a counter that should stay at zero: its flat line is the point), not an empty chart. */
+  zeroIsData?: boolean;
 }): JSX.Element {
   const { series, unit, stepSeconds } = props;
   const kind = props.kind ?? 'line';
@@ -105,7 +107,7 @@ export function TimeSeriesChart(props: {
   const start = Date.parse(props.from);
   const timeOf = (i: number) => new Date(start + i * stepSeconds * 1000).toISOString();
   const tops = stack(series, n, stacked);
-  const hasData = series.some((s) => s.values.some((v) => v != null && v !== 0));
+  const hasData = series.some((s) => s.values.some((v) => v != null && (v !== 0 || props.zeroIsData)));
   const max = Math.max(0, props.warnAbove ?? 0, ...tops.flat().map((v) => v ?? 0));
   const ticks = yTicks(max, unit);
   const yMax = ticks[ticks.length - 1]!;

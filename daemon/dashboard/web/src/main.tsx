@@ -10,15 +10,16 @@ import { AuditPage } from './pages/Audit.js';
 import { ChatPage } from './pages/Chat.js';
 import { KeysPage } from './pages/Keys.js';
 import { ModelsPage } from './pages/Models.js';
+import { OverviewPage } from './pages/Overview.js';
 import { SignIn } from './pages/SignIn.js';
 import { UsagePage } from './pages/Usage.js';
 
-const PAGES = ['keys', 'usage', 'audit', 'chat', 'models'] as const;
+const PAGES = ['overview', 'keys', 'usage', 'audit', 'chat', 'models'] as const;
 type Page = (typeof PAGES)[number] | 'signin' | 'signup';
 
 function pageFromPath(): Page {
   const name = location.pathname.replace(/^\/dashboard\/?/, '').split('/')[0] ?? '';
-  return (PAGES as readonly string[]).includes(name) || name === 'signin' || name === 'signup' ? (name as Page) : 'keys';
+  return (PAGES as readonly string[]).includes(name) || name === 'signin' || name === 'signup' ? (name as Page) : 'overview';
 }
 
 function App() {
@@ -60,7 +61,7 @@ function App() {
 
   async function signedIn(_user: User) {
     await loadSession();
-    go('keys');
+    go('overview');
   }
 
   return (
@@ -88,7 +89,7 @@ function App() {
             go={(p) => go(p as Page)}
           />
         ) : (
-          <SignedInPage session={session} page={page} />
+          <SignedInPage session={session} page={page} go={go} />
         ))}
     </>
   );
@@ -131,9 +132,11 @@ function Header(props: { session: Session | null; page: Page; go: (page: Page) =
   );
 }
 
-/** The page chosen, for a signed-in user ('signin' and 'signup' show the keys). */
-function SignedInPage(props: { session: Session; page: Page }) {
+/** The page chosen, for a signed-in user ('signin' and 'signup' show the overview). */
+function SignedInPage(props: { session: Session; page: Page; go: (page: Page) => void }) {
   switch (props.page) {
+    case 'keys':
+      return <KeysPage session={props.session} />;
     case 'chat':
       return <ChatPage session={props.session} />;
     case 'models':
@@ -143,7 +146,7 @@ function SignedInPage(props: { session: Session; page: Page }) {
     case 'audit':
       return <AuditPage />;
     default:
-      return <KeysPage session={props.session} />;
+      return <OverviewPage session={props.session} go={props.go} />;
   }
 }
 

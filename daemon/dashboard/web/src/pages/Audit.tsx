@@ -184,7 +184,7 @@ export function AuditPage() {
           {summary.canExport && <Entries />}
 
           <h2>{t('audit.lookupTitle')}</h2>
-          <ReceiptLookup setError={setError} />
+          <ReceiptLookup setError={setError} admin={summary.canExport} />
 
           <h2>{t('audit.downloads')}</h2>
           <Downloads canExport={summary.canExport} />
@@ -278,7 +278,7 @@ function VerifyLog(props: { requireTpm: boolean }) {
 }
 
 /** Finds one call's receipt by its request id, and checks it in this browser. */
-function ReceiptLookup(props: { setError: (error: string | null) => void }) {
+function ReceiptLookup(props: { setError: (error: string | null) => void; admin: boolean }) {
   const [receipt, setReceipt] = useState<Receipt | null>(null);
   const [receiptOutcome, setReceiptOutcome] = useState<Outcome | null>(null);
 
@@ -296,7 +296,10 @@ function ReceiptLookup(props: { setError: (error: string | null) => void }) {
   }
 
   async function verifyReceipt(r: Receipt) {
-    setReceiptOutcome(await run(() => verify({ keyPems: [r.public_key], receipt: r })));
+    const outcome = await run(() => verify({ keyPems: [r.public_key], receipt: r }));
+    setReceiptOutcome(outcome);
+    // The first-run checklist's last step: an administrator has verified a receipt.
+    if (outcome.ok && props.admin) await dash('POST', '/checklist', { item: 'first_verified_receipt', leaf: r.leaf }).catch(() => {});
   }
 
   return (
