@@ -29,7 +29,13 @@ const DATE_TIME: Intl.DateTimeFormatOptions = { day: 'numeric', month: 'short', 
 
 /** A value in its unit: compact on the axis ("1.2K"), exact in tooltips and the table. */
 function valueText(v: number, unit: Unit, exact = false): string {
-  const digits = exact ? { maximumFractionDigits: 2 } : ({ notation: 'compact', maximumFractionDigits: 1 } as const);
+  // Rates of a quiet box are fractions: below 1 they keep two significant digits, or every tick would read 0.
+  const small = v !== 0 && Math.abs(v) < 1;
+  const digits = small
+    ? { maximumSignificantDigits: 2 }
+    : exact
+      ? { maximumFractionDigits: 2 }
+      : ({ notation: 'compact', maximumFractionDigits: 1 } as const);
   switch (unit) {
     case 'bytes':
       return formatBytes(v);

@@ -55,6 +55,9 @@ export function OverviewPage(props: { session: Session; go: Go }) {
   }, [hours, hour, day, month]);
 
   const health = overview?.health;
+  // Degraded when health says so, or when an alert is critical (a late checkpoint, a refused egress…): the status line
+  // and the alerts above it never disagree.
+  const degraded = health ? health.status !== 'ok' || (health.alerts ?? []).some((a) => a.severity === 'critical') : false;
   return (
     <main id="main">
       <h1>{t('overview.title')}</h1>
@@ -62,8 +65,8 @@ export function OverviewPage(props: { session: Session; go: Go }) {
       {health && (
         <>
           <Alerts alerts={health.alerts ?? []} />
-          <p data-testid="status" class={health.status === 'ok' ? 'status ok' : 'status degraded'}>
-            {health.status === 'ok' ? t('overview.statusOk') : t('overview.statusDegraded')}
+          <p data-testid="status" class={degraded ? 'status degraded' : 'status ok'}>
+            {degraded ? t('overview.statusDegraded') : t('overview.statusOk')}
           </p>
           {overview.checklist && <Checklist items={overview.checklist} go={props.go} onChange={() => setTick((n) => n + 1)} />}
           <AuditSummary overview={overview} />
@@ -83,7 +86,11 @@ export function OverviewPage(props: { session: Session; go: Go }) {
                 <select value={String(hours)} onChange={(e) => setHours(Number(e.currentTarget.value))} data-testid="overview-period">
                   {PERIODS.map((h) => (
                     <option key={h} value={String(h)}>
-                      {h === 1 ? t('usage.hour') : h % 24 === 0 && h > 24 ? t('usage.week', { count: h / 24 }) : t('usage.day', { count: h })}
+                      {h === 1
+                        ? t('usage.hour')
+                        : h % 24 === 0 && h > 24
+                          ? t('usage.week', { count: h / 24 })
+                          : t('usage.day', { count: h })}
                     </option>
                   ))}
                 </select>
@@ -207,7 +214,11 @@ function AuditSummary(props: { overview: OverviewView }) {
         <li>
           {t('overview.signer')}{' '}
           <strong class={audit.signer === 'tpm' ? 'signer tpm' : 'signer software'}>
-            {audit.signer === 'tpm' ? t('audit.signerTpm') : audit.signer === 'software' ? t('audit.signerSoftware') : t('overview.noSigner')}
+            {audit.signer === 'tpm'
+              ? t('audit.signerTpm')
+              : audit.signer === 'software'
+                ? t('audit.signerSoftware')
+                : t('overview.noSigner')}
           </strong>
         </li>
       </ul>
@@ -219,7 +230,9 @@ function AuditSummary(props: { overview: OverviewView }) {
 function ModelsTable(props: { overview: OverviewView; hour: MetricsSeries; day: MetricsSeries }) {
   const { health } = props.overview;
   if (!health.models.length) return <p>{t('overview.noModels')}</p>;
-  const rate = (v: number | undefined) => t('units.perSecond', { value: formatNumber(v ?? 0, { maximumFractionDigits: 2 }) });
+  // A quiet box's rates are small fractions: two significant digits, never a misleading 0.
+  const rate = (v = 0) =>
+    t('units.perSecond', { value: formatNumber(v, v > 0 && v < 1 ? { maximumSignificantDigits: 2 } : { maximumFractionDigits: 1 }) });
   const ms = (v: number | null | undefined) => (v === null || v === undefined ? '—' : t('units.ms', { value: formatNumber(v) }));
   return (
     <section aria-labelledby="models-title">
@@ -278,7 +291,9 @@ function DiskSummary(props: { disk: NonNullable<OverviewView['health']['disk']> 
           })}
         </li>
         <li>
-          {disk.full_in_seconds === null ? t('overview.diskNotFilling') : t('overview.diskFullIn', { when: formatDuration(disk.full_in_seconds) })}
+          {disk.full_in_seconds === null
+            ? t('overview.diskNotFilling')
+            : t('overview.diskFullIn', { when: formatDuration(disk.full_in_seconds) })}
         </li>
       </ul>
     </section>
