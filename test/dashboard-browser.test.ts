@@ -9,7 +9,6 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
-import type { Page } from 'playwright-core';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
