@@ -137,11 +137,8 @@ export class OperatorMetrics {
       minute.errorCodes[call.errorCode] = (minute.errorCodes[call.errorCode] ?? 0) + 1;
       this.totals.errorCodes.set(call.errorCode, (this.totals.errorCodes.get(call.errorCode) ?? 0) + 1);
     }
-    for (const counts of [call.redactions, call.outputRedactions]) {
-      if (!counts) continue;
-      addInto(minute.redactions, counts);
-      for (const [type, n] of Object.entries(counts)) if (n) this.totals.redactions.set(type, (this.totals.redactions.get(type) ?? 0) + n);
-    }
+    if (call.redactions) this.countRedactions(minute, call.redactions);
+    if (call.outputRedactions) this.countRedactions(minute, call.outputRedactions);
     if (call.model === null) return;
     const model = (minute.models[call.model] ??= emptyModel());
     model.calls++;
@@ -152,6 +149,15 @@ export class OperatorMetrics {
     total.calls++;
     if (failed) total.errors++;
     total.latency[bucket]!++;
+  }
+
+  private countRedactions(minute: MinuteRecord, counts: Record<string, number>): void {
+    for (const type in counts) {
+      const n = counts[type]!;
+      if (!n) continue;
+      minute.redactions[type] = (minute.redactions[type] ?? 0) + n;
+      this.totals.redactions.set(type, (this.totals.redactions.get(type) ?? 0) + n);
+    }
   }
 
   private totalOf(model: string) {
