@@ -122,6 +122,43 @@ t.test('a fresh box: the checklist, charts with no data, the late checkpoint rai
   await clientFor(key).models.list();
   await reloadUntil(page, () => page.getByTestId('alerts-none').isVisible(), 'the alert clearing');
   t.match(await page.getByTestId('status').textContent(), /Status: ok/);
+  await page.getByTestId('lang-switch').click();
+  await page.getByTestId('checklist').getByText('قائمة التشغيل الأول').waitFor();
+  await capture(t, page, 'overview-fresh-ar');
+  await page.getByTestId('lang-switch').click();
+});
+
+t.test("a fresh box's other screens say what to do next, in both languages", async (t) => {
+  cli(['projects', 'create', 'quiet', '--config', config]);
+  const open = async (name: string, heading: string) => {
+    await page.goto(`${daemon.origin}/dashboard/${name}`);
+    await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
+  };
+  // No chat model yet: the administrator is told the command that brings one.
+  await open('chat', 'Chat');
+  t.match(await page.getByTestId('no-models').textContent(), /sovereign models import FILE/);
+  await capture(t, page, 'chat-no-model-en');
+  // Usage: the project with a call has data, the one without says so inside the chart's axes.
+  await open('usage', 'Usage');
+  await page.getByTestId('usage-chart').waitFor();
+  t.equal(await page.getByTestId('usage-chart-empty').count(), 0, 'the call made is charted');
+  await page.getByLabel('Project').selectOption({ label: 'quiet' });
+  await page.getByTestId('usage-chart-empty').waitFor();
+  await capture(t, page, 'usage-empty-en');
+  await open('keys', 'Projects and keys');
+  await page.getByTestId('project-select').selectOption({ label: 'quiet' });
+  await page.getByTestId('no-keys').waitFor();
+  await capture(t, page, 'keys-empty-en');
+  await page.getByTestId('lang-switch').click();
+  await page.getByTestId('no-keys').waitFor();
+  await capture(t, page, 'keys-empty-ar');
+  await page.getByRole('link', { name: 'الاستخدام' }).click();
+  await page.getByTestId('usage-chart').waitFor();
+  await capture(t, page, 'usage-empty-ar');
+  await page.getByRole('link', { name: 'المحادثة' }).click();
+  await page.getByTestId('no-models').waitFor();
+  await capture(t, page, 'chat-no-model-ar');
+  await page.getByTestId('lang-switch').click();
 });
 
 t.test('a model imported and calls made: the checklist moves on, the charts fill', async (t) => {
@@ -191,6 +228,10 @@ t.test('a model imported and calls made: the checklist moves on, the charts fill
   await reloadUntil(page, async () => (await stepDone('first_verified_receipt')) === 'true', 'the receipt step');
   t.match(await page.getByTestId('checklist').textContent(), /1 step left/, 'one step, in the singular');
   await capture(t, page, 'checklist-en');
+  await page.getByTestId('lang-switch').click();
+  await page.getByTestId('checklist').getByText('قائمة التشغيل الأول').waitFor();
+  await capture(t, page, 'checklist-ar');
+  await page.getByTestId('lang-switch').click();
 
   await page.getByTestId('lang-switch').click();
   await page.getByRole('heading', { name: 'نظرة عامة', level: 1 }).waitFor();
@@ -226,5 +267,8 @@ t.test('a member sees the status and alerts, not the device’s counters or its 
   t.equal(await p.getByTestId('checklist').count(), 0);
   t.equal(await p.getByTestId('chart-calls').count(), 0);
   await capture(t, p, 'overview-member-en');
+  await p.getByTestId('lang-switch').click();
+  await p.getByRole('heading', { name: 'نظرة عامة', level: 1 }).waitFor();
+  await capture(t, p, 'overview-member-ar');
   await other.close();
 });

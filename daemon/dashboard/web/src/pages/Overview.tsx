@@ -200,8 +200,10 @@ function AuditSummary(props: { overview: OverviewView }) {
   const audit = props.overview.health.audit;
   if (!audit) return null;
   const latest = audit.latest_checkpoint;
-  const age = latest ? Math.max(0, Math.round((Date.now() - Date.parse(latest.time)) / 1000)) : null;
-  const late = age !== null && age > props.overview.checkpointLagSeconds;
+  const seconds = latest ? Math.max(0, (Date.now() - Date.parse(latest.time)) / 1000) : null;
+  const age = seconds === null ? null : Math.round(seconds);
+  // Compared unrounded, as the daemon's alert compares it.
+  const late = seconds !== null && seconds > props.overview.checkpointLagSeconds;
   return (
     <section aria-labelledby="audit-health-title">
       <h2 id="audit-health-title">{t('overview.audit')}</h2>
