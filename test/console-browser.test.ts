@@ -154,6 +154,8 @@ t.test("a fresh box's other screens say what to do next, in both languages", asy
   await capture(t, page, 'keys-empty-ar');
   await page.getByRole('link', { name: 'الاستخدام' }).click();
   await page.getByTestId('usage-chart').waitFor();
+  await page.locator('main select').first().selectOption({ label: 'quiet' });
+  await page.getByTestId('usage-chart-empty').waitFor();
   await capture(t, page, 'usage-empty-ar');
   await page.getByRole('link', { name: 'المحادثة' }).click();
   await page.getByTestId('no-models').waitFor();
