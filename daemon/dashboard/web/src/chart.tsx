@@ -103,13 +103,15 @@ export function TimeSeriesChart(props: {
   empty?: string;
   /** A threshold line. */
   warnAbove?: number;
+  /** Buckets in the period, when no series may carry them (a period with no data still has its time axis). */
+  buckets?: number;
   /** Zeros are data (a counter that should stay at zero: its flat line is the point), not an empty chart. */
   zeroIsData?: boolean;
 }): JSX.Element {
   const { series, unit, stepSeconds } = props;
   const kind = props.kind ?? 'line';
   const stacked = props.stacked ?? false;
-  const n = Math.max(1, ...series.map((s) => s.values.length));
+  const n = Math.max(1, props.buckets ?? 0, ...series.map((s) => s.values.length));
   const start = Date.parse(props.from);
   const timeOf = (i: number) => new Date(start + i * stepSeconds * 1000).toISOString();
   const tops = stack(series, n, stacked);

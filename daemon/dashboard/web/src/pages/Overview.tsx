@@ -309,7 +309,7 @@ const byKey = (record: Record<string, number[]>, label: (key: string) => string)
 
 function Charts(props: { series: MetricsSeries; sealed: boolean }) {
   const s = props.series;
-  const common = { from: s.from, stepSeconds: s.stepSeconds };
+  const common = { from: s.from, stepSeconds: s.stepSeconds, buckets: s.buckets };
   const models = Object.keys(s.models).sort();
   const perSecond = (values: number[]) => values.map((v) => v / s.stepSeconds);
   return (
@@ -381,6 +381,7 @@ function RedactionsPerDay(props: { series: MetricsSeries }) {
     <TimeSeriesChart
       from={s.from}
       stepSeconds={s.stepSeconds}
+      buckets={s.buckets}
       title={t('overview.chartRedactions')}
       unit="count"
       kind="bars"

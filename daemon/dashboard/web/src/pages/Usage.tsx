@@ -45,6 +45,7 @@ function Chart(props: { usage: Usage; hours: number; by: 'key' | 'route' }) {
       title={t(by === 'key' ? 'usage.chartLabel' : 'usage.chartLabelRoutes', { count: hours })}
       from={new Date(start * 60_000).toISOString()}
       stepSeconds={bucket * 60}
+      buckets={count}
       series={ids.map((id) => ({ id, label: label(id), values: values.get(id)! }))}
       unit="count"
       kind="bars"
