@@ -161,6 +161,10 @@ t.test('alerts: the checkpoint late raised and cleared; the disk below its thres
     daemon.logs.some((l) => l.includes('alert raised')),
     'the raise is logged',
   );
+  // The fixtures' tampered file is there but not served: withdrawn, with why.
+  t.match(text, /sovereign_alert\{code="model_withdrawn",severity="warning",subject="tampered-chat"\} 1/);
+  const withdrawn = health.alerts.find((a) => a.code === 'model_withdrawn' && a.message.includes('tampered-chat'));
+  t.match(withdrawn?.message, /checksum|SHA-256|sha256/i, 'the reason is given');
 
   // A call grows the log: a checkpoint follows within a second and the alert clears.
   for (let until = Date.now() + 10_000; Date.now() < until;) {
