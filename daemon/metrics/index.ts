@@ -96,6 +96,8 @@ export interface MetricsOptions {
 export class OperatorMetrics {
   private readonly db: Database<MinuteRecord, number>;
   private pending = new Map<number, MinuteRecord>();
+  /** The minutes a flush is writing: read with the pending ones until lmdb has them. */
+  private writing = new Map<number, MinuteRecord>();
   private timer: NodeJS.Timeout | null = null;
   private diskTimer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
@@ -216,7 +218,7 @@ export class OperatorMetrics {
     const end = Math.floor(toMs / MINUTE);
     const out = new Map<number, MinuteRecord>();
     for (const { key, value } of this.db.getRange({ start, end: end + 1 })) out.set(key, mergeMinute(emptyMinute(), value));
-    for (const [at, record] of [...this.pending].sort(([a], [b]) => a - b)) {
+    for (const [at, record] of [...this.writing, ...this.pending]) {
       if (at < start || at > end) continue;
       const stored = out.get(at);
       out.set(at, stored ? mergeMinute(stored, record) : mergeMinute(emptyMinute(), record));
@@ -295,6 +297,7 @@ export class OperatorMetrics {
       const batch = this.pending;
       if (!batch.size) return;
       this.pending = new Map();
+      this.writing = batch;
       const horizon = Math.floor(Date.now() / MINUTE) - KEEP_MINUTES;
       try {
         await this.db.transaction(() => {
@@ -310,6 +313,8 @@ export class OperatorMetrics {
           this.pending.set(at, newer ? mergeMinute(record, newer) : record);
         }
         this.options.onError?.(err as Error);
+      } finally {
+        this.writing = new Map();
       }
     });
     return this.flushing;
