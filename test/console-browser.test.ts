@@ -12,7 +12,7 @@ import t from 'tap';
 import type { Page } from 'playwright-core';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { makeModelFixtures } from './fixtures/models.js';
-import { capture, launchBrowser, newPage } from './helpers/browser.js';
+import { capture, launchBrowser, newPage, verifyReceiptInPage } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
 
@@ -211,22 +211,7 @@ t.test('a model imported and calls made: the checklist moves on, the charts fill
   const { response } = await client.models.list().withResponse();
   const requestId = response.headers.get('x-request-id')!;
   await page.getByRole('link', { name: 'Audit', exact: true }).click();
-  const receipt = page.getByTestId('receipt');
-  const error = page.locator('p.error[role="alert"]:not([hidden])');
-  for (let i = 0; ; i++) {
-    await page.getByLabel('Request id (X-Request-Id)').fill(requestId);
-    await page.getByRole('button', { name: 'Find' }).click();
-    await receipt.or(error).first().waitFor({ timeout: 30_000 });
-    if (await receipt.isVisible()) break;
-    const said = (await error.textContent()) ?? '';
-    if (!/not in a signed checkpoint yet/.test(said) || i >= 8) throw new Error(`no receipt for the call: ${said}`);
-    await new Promise((r) => setTimeout(r, 1000));
-  }
-  await page.getByRole('button', { name: 'Verify this receipt' }).click();
-  await page
-    .getByTestId('receipt-result')
-    .getByText(/^VERIFIED/)
-    .waitFor();
+  t.match(await verifyReceiptInPage(page, requestId), /^VERIFIED/);
   await reloadUntil(page, async () => (await stepDone('first_verified_receipt')) === 'true', 'the receipt step');
   t.match(await page.getByTestId('checklist').textContent(), /1 step left/, 'one step, in the singular');
   await capture(t, page, 'checklist-en');

@@ -13,7 +13,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
 import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
-import { accessibilityProblems, capture, launchBrowser, newPage } from './helpers/browser.js';
+import { accessibilityProblems, capture, launchBrowser, newPage, verifyReceiptInPage } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { selfSignedCert } from './helpers/tls.js';
 
@@ -269,21 +269,7 @@ t.test('usage, and the audit log verified in the browser by an administrator', a
   t.match(text, /consistency proofs ok/);
   t.match(text, /every checkpoint's root recomputed from them/);
 
-  // The receipt of one call, found by its request id (once a checkpoint covers it). Each Find is one lookup, and an
-  // account has ten a minute: each waits for its answer (the receipt, or the page's error) before another is made.
-  const receipt = admin.getByTestId('receipt');
-  const error = admin.locator('p.error[role="alert"]:not([hidden])');
-  for (let i = 0; ; i++) {
-    await admin.getByLabel('Request id (X-Request-Id)').fill(requestId);
-    await admin.getByRole('button', { name: 'Find' }).click();
-    await receipt.or(error).first().waitFor({ timeout: 30_000 });
-    if (await receipt.isVisible()) break;
-    const said = (await error.textContent()) ?? '';
-    if (!/not in a signed checkpoint yet/.test(said) || i >= 8) throw new Error(`no receipt for the call: ${said}`);
-    await new Promise((r) => setTimeout(r, 1000));
-  }
-  await admin.getByRole('button', { name: 'Verify this receipt' }).click();
-  t.match((await admin.getByTestId('receipt-result').textContent())!, /^VERIFIED.*included in checkpoint/);
+  t.match(await verifyReceiptInPage(admin, requestId), /^VERIFIED.*included in checkpoint/);
 
   // The newest entries, filtered by kind: the boot entry, then the key the CLI created for 'ops' (logged through the
   // outbox, by this unix user).

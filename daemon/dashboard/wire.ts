@@ -1,15 +1,15 @@
 // The JSON the dashboard's API sends that its pages read, defined once for both: web/src/api.ts imports these types
 // (type-only, erased by Vite). This module and what it imports MUST stay plain types that import nothing else: the
 // web code's compiler (DOM, no Node types) checks every file it reaches.
-import type { KeyView } from '../keys/view.js';
 import type { Alert } from '../alerts/types.js';
+import type { EgressHealth } from '../egress/view.js';
+import type { KeyView } from '../keys/view.js';
 
 export type { Alert, AlertCode } from '../alerts/types.js';
+export type { EgressHealth } from '../egress/view.js';
 export type { MetricsSeries, ModelTotals } from '../metrics/types.js';
-
 export type { ProjectRecord } from '../keys/view.js';
 export type { UserView } from '../accounts/view.js';
-export type { EgressHealth } from '../egress/view.js';
 
 /** A row of GET /keys: the registry's view of the key, and when it last made a call (ISO 8601; null: never). */
 export type KeyRow = KeyView & { lastUsedAt: string | null };
@@ -53,7 +53,7 @@ export interface HealthView {
     latest_checkpoint: { seq: number; size: number; time: string } | null;
     problem: string | null;
   } | null;
-  egress?: { refused_since_first_boot: number; refused_since_boot: number; last_refused_at: string | null };
+  egress?: EgressHealth;
   disk?: { used_bytes: number; free_bytes: number; total_bytes: number; full_in_seconds: number | null; sampled_at: string };
   alerts?: Alert[];
 }

@@ -82,3 +82,26 @@ export async function capture(
   t.same(await accessibilityProblems(on), [], `${name}: no accessibility problems axe-core can find`);
   t.notMatch(await on.evaluate('document.body.innerText'), /\{\w+\}/, `${name}: no unfilled placeholder`);
 }
+
+/**
+ * On the Audit page: finds a call's receipt by its request id (once a checkpoint covers it) and verifies it in the
+ * page; resolves with the verdict's text. Each Find is one lookup, and an account has ten a minute: each waits for its
+ * answer (the receipt, or the page's error) before another is made.
+ */
+export async function verifyReceiptInPage(page: Page, requestId: string): Promise<string> {
+  const receipt = page.getByTestId('receipt');
+  const error = page.locator('p.error[role="alert"]:not([hidden])');
+  for (let i = 0; ; i++) {
+    await page.getByLabel('Request id (X-Request-Id)').fill(requestId);
+    await page.getByRole('button', { name: 'Find' }).click();
+    await receipt.or(error).first().waitFor({ timeout: 30_000 });
+    if (await receipt.isVisible()) break;
+    const said = (await error.textContent()) ?? '';
+    if (!/not in a signed checkpoint yet/.test(said) || i >= 8) throw new Error(`no receipt for the call: ${said}`);
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  await page.getByRole('button', { name: 'Verify this receipt' }).click();
+  const verdict = page.getByTestId('receipt-result');
+  await verdict.waitFor();
+  return (await verdict.textContent()) ?? '';
+}

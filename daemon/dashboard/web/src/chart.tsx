@@ -235,7 +235,7 @@ export function TimeSeriesChart(props: {
           </ul>
         )}
       </figcaption>
-      <table class="sr-only">
+      <table class="visually-hidden">
         <caption>{props.title}</caption>
         <thead>
           <tr>

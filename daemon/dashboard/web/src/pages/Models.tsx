@@ -1,31 +1,12 @@
 // What this deployment serves and why other models are not listed, readiness, the audit signer and, on sealed
 // postures, the egress counter.
 import { useEffect, useState } from 'preact/hooks';
-import type { EgressHealth } from '../../../wire.js';
+import type { HealthView } from '../../../wire.js';
 import { dash } from '../api.js';
 import { ErrorNote, messageOf } from '../components.js';
 import { t, type MessageKey } from '../i18n.js';
 
-interface Health {
-  status: string;
-  posture: string;
-  region: string;
-  sovereign: boolean;
-  models: Array<{
-    id: string;
-    capability: string;
-    readiness: string;
-    upstream?: string;
-    frontier?: boolean;
-    detail?: string;
-    busy?: number;
-    waiting?: number;
-    waiting_by_tier?: { priority: number; default: number; flex: number };
-  }>;
-  unavailable_models: Array<{ id: string; capability: string; state: string; reason: string }>;
-  audit: { entries: number; signer: string | null; problem: string | null } | null;
-  egress?: EgressHealth;
-}
+type Health = HealthView;
 
 export function ModelsPage() {
   const [health, setHealth] = useState<Health | null>(null);
