@@ -3,7 +3,6 @@
 // or the limiter out of reach, an upstream not answering, the Prometheus endpoint not serving. Health lists them, the
 // console shows them at its top, Prometheus exports them. Each alert is raised (logged) when it first appears and
 // cleared (logged) when its cause is gone; `since` is when it was raised.
-import type { HealthReport } from '../health/index.js';
 import type { Alert, AlertCode } from './types.js';
 
 export type { Alert, AlertCode } from './types.js';
@@ -27,6 +26,21 @@ export interface AlertSources {
   prometheusProblem: () => string | null;
 }
 
+/**
+ * What alerts are computed from: the parts of health's report they read (daemon/health's HealthReport has them; it is
+ * not imported, as health lists the alerts made from it).
+ */
+export interface AlertInputs {
+  uptime_s: number;
+  models: Array<{ id: string; readiness: string; detail?: string }>;
+  audit: { entries: number; signer: string | null; latest_checkpoint: { time: string } | null; problem: string | null } | null;
+  storage?: { writable: boolean; problem: string | null };
+  egress?: { last_refused_at: string | null; refused_since_first_boot: number };
+  shared_state?: { current: boolean; problem: string | null };
+  limiter?: { problem: string | null };
+  upstreams?: Array<{ name: string; answering: boolean; problem: string | null; checked_at: string | null }>;
+}
+
 type Found = Omit<Alert, 'since'>;
 
 interface Log {
@@ -46,7 +60,7 @@ export class AlertBook {
   ) {}
 
   /** Re-evaluates every `ms` with `report`, so that alerts are raised and cleared in the log when no one looks. */
-  watch(report: () => HealthReport, ms = 15_000): void {
+  watch(report: () => AlertInputs, ms = 15_000): void {
     this.timer = setInterval(() => report(), ms);
     this.timer.unref();
   }
@@ -60,7 +74,7 @@ export class AlertBook {
   }
 
   /** The alerts the report shows now, each with when it was raised; raises and clears in the log as they change. */
-  evaluate(report: HealthReport, now = Date.now()): Alert[] {
+  evaluate(report: AlertInputs, now = Date.now()): Alert[] {
     const found = this.find(report, now);
     const ids = new Set<string>();
     const out: Alert[] = [];
@@ -84,7 +98,7 @@ export class AlertBook {
     return out.sort((a, b) => (a.severity === b.severity ? a.since.localeCompare(b.since) : a.severity === 'critical' ? -1 : 1));
   }
 
-  private find(report: HealthReport, now: number): Found[] {
+  private find(report: AlertInputs, now: number): Found[] {
     const { thresholds } = this.sources;
     const out: Found[] = [];
     const add = (code: AlertCode, severity: Alert['severity'], subject: string | null, message: string, facts: Found['facts'] = {}) =>

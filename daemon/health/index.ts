@@ -7,8 +7,8 @@ import { ownedByShown, type ModelCatalog, type Readiness } from '../models/index
 import type { AuditHealth, AuditService } from '../audit/index.js';
 import type { EgressHealth, EgressService } from '../egress/index.js';
 import type { WriteHealth } from '../store/index.js';
-import type { Alert, AlertBook } from '../alerts/index.js';
-import type { OperatorMetrics } from '../metrics/index.js';
+import type { Alert } from '../alerts/types.js';
+import type { DiskReading } from '../metrics/types.js';
 
 export interface HealthReport {
   status: 'ok' | 'degraded';
@@ -96,8 +96,10 @@ export interface HealthSources {
   limits?: { store: LimitStore };
   upstreams?: { health(): UpstreamHealth[] };
   store?: { writes: WriteHealth; shared?: { staleness(): { problem: string; since: string } | null } | null };
-  metrics?: OperatorMetrics;
-  alerts?: AlertBook;
+  /** The data directory's newest disk sample (daemon/metrics). */
+  metrics?: { disk(): DiskReading | null };
+  /** The alerts this report shows (daemon/alerts: computed from the report itself). */
+  alerts?: { evaluate(report: HealthReport): Alert[] };
 }
 
 function queueOf(state: QueueState | undefined) {

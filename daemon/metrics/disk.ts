@@ -3,14 +3,7 @@
 // the audit journal, vector graphs, images for an hour), so it stays short.
 import { readdir, lstat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
-
-export interface DiskSample {
-  /** Bytes the data directory's files occupy on disk (allocated blocks: lmdb's files are sparse). */
-  used: number;
-  /** Bytes an unprivileged writer may still use on its filesystem, and the filesystem's size. */
-  free: number;
-  total: number;
-}
+import type { DiskSample } from './types.js';
 
 async function allocated(path: string): Promise<number> {
   const info = await lstat(path).catch(() => null);

@@ -1,21 +1,19 @@
 // The operator's counters: per model calls, tokens, durations and queue length; errors by code; redactions by type
 // (counts only, never values); refused egress attempts; the data directory's size and its filesystem's room. Kept per
 // minute for 30 days in this machine's lmdb (each replica counts its own: they are this machine's figures), for the
-// console's charts; the totals since start feed the Prometheus endpoint (prometheus.ts). Counting is a few map
+// console's charts; the totals since start feed the Prometheus endpoint (daemon/prometheus). Counting is a few map
 // increments when a call ends; the minutes reach lmdb every few seconds (and at close), so a crash loses at most
 // those seconds of counts.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { addHistogram, bucketOf, emptyHistogram, quantile } from './latency.js';
-import { fullIn, sampleDisk, type DiskSample } from './disk.js';
-import type { MetricsTotals } from './prometheus.js';
-import type { MetricsSeries } from './types.js';
+import { fullIn, sampleDisk } from './disk.js';
+import type { DiskReading, DiskSample, MetricsSeries, MetricsTotals } from './types.js';
 
-export type { MetricsSeries, ModelTotals } from './types.js';
+export type { DiskReading, DiskSample, MetricsSeries, MetricsTotals, ModelTotals } from './types.js';
 
 export { LATENCY_BOUNDS_MS, quantile } from './latency.js';
-export { fullIn, type DiskSample } from './disk.js';
-export { startPrometheus, prometheusText, type MetricsTotals, type PrometheusSources, type PrometheusListener } from './prometheus.js';
+export { fullIn } from './disk.js';
 
 const MINUTE = 60_000;
 const FLUSH_MS = 5_000;
@@ -101,7 +99,7 @@ export class OperatorMetrics {
   private timer: NodeJS.Timeout | null = null;
   private diskTimer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
-  private lastDisk: (DiskSample & { at: string; fullInSeconds: number | null }) | null = null;
+  private lastDisk: DiskReading | null = null;
   readonly totals: MetricsTotals = { calls: new Map(), errorCodes: new Map(), redactions: new Map() };
 
   constructor(
@@ -208,7 +206,7 @@ export class OperatorMetrics {
   }
 
   /** The newest disk sample, and when the filesystem fills at its rate over the last day (null: not filling). */
-  disk(): (DiskSample & { at: string; fullInSeconds: number | null }) | null {
+  disk(): DiskReading | null {
     return this.lastDisk;
   }
 

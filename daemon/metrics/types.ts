@@ -25,3 +25,22 @@ export interface ModelTotals {
   p95Ms: number | null;
   queueMax: number;
 }
+
+/** The data directory's size on disk and its filesystem's room, as sampled. */
+export interface DiskSample {
+  /** Bytes the data directory's files occupy on disk (allocated blocks: lmdb's files are sparse). */
+  used: number;
+  /** Bytes an unprivileged writer may still use on its filesystem, and the filesystem's size. */
+  free: number;
+  total: number;
+}
+
+/** The newest disk sample, when it was taken, and the seconds until the filesystem is full at its rate (null: not filling). */
+export type DiskReading = DiskSample & { at: string; fullInSeconds: number | null };
+
+/** Totals since this process started (counters restart at zero with the process, as Prometheus expects). */
+export interface MetricsTotals {
+  calls: Map<string, { calls: number; errors: number; promptTokens: number; completionTokens: number; latency: number[] }>;
+  errorCodes: Map<string, number>;
+  redactions: Map<string, number>;
+}

@@ -6,7 +6,8 @@ import type { FastifyBaseLogger as Logger, FastifyInstance, FastifyServerOptions
 import { isSovereign, listenHost, manifestPath, prometheusEnabled, usesTls, type Config } from '../config/index.js';
 import { AlertBook } from '../alerts/index.js';
 import { healthReport } from '../health/index.js';
-import { OperatorMetrics, startPrometheus, type PrometheusListener } from '../metrics/index.js';
+import { OperatorMetrics } from '../metrics/index.js';
+import { startPrometheus, type PrometheusListener } from '../prometheus/index.js';
 import { EngineRegistry } from '../engines/index.js';
 import { AuditService, type EntryFields, type EntryKind } from '../audit/index.js';
 import { DocumentLibrary } from '../documents/index.js';

@@ -5,14 +5,7 @@
 import http from 'node:http';
 import type { Alert } from '../alerts/index.js';
 import type { HealthReport } from '../health/index.js';
-import { LATENCY_BOUNDS_MS } from './latency.js';
-
-/** Totals since this process started (counters restart at zero with the process, as Prometheus expects). */
-export interface MetricsTotals {
-  calls: Map<string, { calls: number; errors: number; promptTokens: number; completionTokens: number; latency: number[] }>;
-  errorCodes: Map<string, number>;
-  redactions: Map<string, number>;
-}
+import { LATENCY_BOUNDS_MS, type MetricsTotals } from '../metrics/index.js';
 
 export interface PrometheusSources {
   health: () => HealthReport & { alerts?: Alert[] };
