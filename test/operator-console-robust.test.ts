@@ -4,6 +4,8 @@
 // clients, and the console's period given as a prototype's name.
 import { join } from 'node:path';
 import t from 'tap';
+import { AlertBook } from '../daemon/alerts/index.js';
+import type { HealthReport } from '../daemon/health/index.js';
 import { OperatorMetrics } from '../daemon/metrics/index.js';
 import { openStore } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
@@ -73,4 +75,43 @@ t.test('a stored minute of another shape neither stops the flush nor the charts'
     series.calls.every((n) => Number.isFinite(n)),
     'never NaN',
   );
+});
+
+const report = (over: Partial<HealthReport> = {}) => ({ status: 'ok', uptime_s: 1, models: [], ...over }) as unknown as HealthReport;
+
+t.test('alerts: a health source that throws on the timer is logged, not fatal; subjects with any character', async (t) => {
+  const warned: string[] = [];
+  const cleared: unknown[] = [];
+  const log = {
+    warn: (_obj: object, msg: string) => warned.push(msg),
+    info: (obj: object) => cleared.push(obj),
+  };
+  const book = new AlertBook(
+    {
+      thresholds: { checkpointLagSeconds: 900, diskFreePercent: 10, diskFullHours: 72, egressHours: 24 },
+      disk: () => null,
+      prometheusProblem: () => null,
+    },
+    log,
+  );
+  t.teardown(() => book.close());
+  book.watch(() => {
+    throw new Error('a source failed');
+  }, 10);
+  await new Promise((r) => setTimeout(r, 60));
+  t.ok(
+    warned.some((m) => m.includes('could not be evaluated')),
+    'logged',
+  );
+
+  const subject = 'edge|a"b';
+  book.modelWithdrawn(subject, 'its file went');
+  const raised = book.evaluate(report());
+  t.same(
+    raised.map((a) => [a.code, a.subject]),
+    [['model_withdrawn', subject]],
+  );
+  book.modelListed(subject);
+  t.same(book.evaluate(report()), []);
+  t.same(cleared, [{ alert: 'model_withdrawn', subject }], 'the clearing names the whole subject');
 });
