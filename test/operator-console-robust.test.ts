@@ -2,13 +2,16 @@
 // model ids that are names of Object's own properties, stored minutes of another shape, a health source that throws
 // on the alerts' timer, alert subjects with any character, the Prometheus listener's port taken, slow and many
 // clients, and the console's period given as a prototype's name.
+import net from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
 import { AlertBook } from '../daemon/alerts/index.js';
 import type { HealthReport } from '../daemon/health/index.js';
-import { OperatorMetrics } from '../daemon/metrics/index.js';
+import { MAX_CONNECTIONS } from '../daemon/metrics/prometheus.js';
+import { OperatorMetrics, prometheusText, startPrometheus, type PrometheusSources } from '../daemon/metrics/index.js';
 import { openStore } from '../daemon/store/index.js';
 import { tempDir } from './helpers/daemon.js';
+import { request } from './helpers/http.js';
 
 const dir = tempDir(t, 'sov-console-robust-');
 const MINUTE = 60_000;
@@ -114,4 +117,84 @@ t.test('alerts: a health source that throws on the timer is logged, not fatal; s
   book.modelListed(subject);
   t.same(book.evaluate(report()), []);
   t.same(cleared, [{ alert: 'model_withdrawn', subject }], 'the clearing names the whole subject');
+});
+
+function sources(): PrometheusSources {
+  return {
+    health: () => report({ models: [{ id: 'x"}\n1', readiness: 'ready' }] as unknown as HealthReport['models'] }),
+    totals: {
+      calls: new Map([
+        [
+          'a\\"\n{',
+          { calls: 1, errors: 0, promptTokens: 1, completionTokens: 1, latency: [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], sumMs: 4 },
+        ],
+      ]),
+      errorCodes: new Map(),
+      redactions: new Map(),
+    },
+    disk: () => null,
+  };
+}
+
+t.test('Prometheus: labels escaped, a histogram with its sum, HEAD and other methods', async (t) => {
+  const text = prometheusText(sources());
+  for (const line of text.trimEnd().split('\n')) {
+    t.match(line, /^(# (HELP|TYPE) \w+ .+|\w+(\{(\w+="([^"\\\n]|\\[\\"n])*",?)*\})? -?[\d.e+-]+|\w+\{.*\} \+?Inf)$/, line);
+  }
+  t.match(text, /sovereign_model_call_duration_seconds_sum\{model="a\\\\\\"\\n\{"\} 0\.004/);
+
+  const up = startPrometheus({ host: '127.0.0.1', port: 0 }, sources(), { problem: () => {}, listening: () => {} });
+  t.teardown(() => up.close());
+  while (!up.address()) await new Promise((r) => setTimeout(r, 10));
+  const base = `http://127.0.0.1:${up.address()!.port}`;
+  const head = await request(`${base}/metrics`, { method: 'HEAD' });
+  t.equal(head.status, 200);
+  t.equal(head.text, '');
+  t.equal((await request(`${base}/metrics`, { method: 'POST', body: 'x' })).status, 405);
+  t.equal((await request(`${base}//metrics`)).status, 404);
+  t.equal((await request(`${base}/metrics/..`)).status, 404);
+});
+
+t.test('Prometheus: a port already taken is a problem reported, not a crash', async (t) => {
+  const holder = net.createServer();
+  await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => holder.close(() => r())));
+  const port = (holder.address() as net.AddressInfo).port;
+  const problems: Error[] = [];
+  const taken = startPrometheus({ host: '127.0.0.1', port }, sources(), { problem: (err) => problems.push(err), listening: () => {} });
+  t.teardown(() => taken.close());
+  while (!problems.length) await new Promise((r) => setTimeout(r, 10));
+  t.match(taken.problem(), /EADDRINUSE/);
+  t.equal(taken.address(), null);
+});
+
+t.test('Prometheus: a client trickling its headers is cut within seconds; connections are capped', async (t) => {
+  const up = startPrometheus({ host: '127.0.0.1', port: 0 }, sources(), { problem: () => {}, listening: () => {} });
+  t.teardown(() => up.close());
+  while (!up.address()) await new Promise((r) => setTimeout(r, 10));
+  const port = up.address()!.port;
+
+  const slow = net.connect(port, '127.0.0.1');
+  const started = Date.now();
+  slow.write('GET /metrics HTTP/1.1\r\nHost: x\r\n');
+  const trickle = setInterval(() => slow.write('X-Slow: 1\r\n'), 300);
+  await new Promise<void>((r) => {
+    slow.on('close', () => r());
+    slow.on('error', () => {});
+  });
+  clearInterval(trickle);
+  const held = Date.now() - started;
+  t.ok(held < 9_000, `cut after ${held} ms (the headers timeout is 5 s)`);
+
+  const idle: net.Socket[] = [];
+  for (let i = 0; i < MAX_CONNECTIONS + 8; i++) {
+    const s = net.connect(port, '127.0.0.1');
+    s.on('error', () => {});
+    idle.push(s);
+    await new Promise((r) => s.once('connect', r));
+  }
+  t.teardown(() => idle.forEach((s) => s.destroy()));
+  await new Promise((r) => setTimeout(r, 200));
+  const open = idle.filter((s) => !s.destroyed && !s.readableEnded).length;
+  t.ok(open <= MAX_CONNECTIONS, `${open} kept open of ${idle.length}`);
 });

@@ -173,6 +173,7 @@ export class OperatorMetrics {
     total.calls++;
     if (failed) total.errors++;
     total.latency[bucket]!++;
+    total.sumMs += Math.max(0, call.durationMs);
   }
 
   private countRedactions(minute: MinuteRecord, counts: Record<string, number>): void {
@@ -187,7 +188,10 @@ export class OperatorMetrics {
   private totalOf(model: string) {
     let total = this.totals.calls.get(model);
     if (!total)
-      this.totals.calls.set(model, (total = { calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram() }));
+      this.totals.calls.set(
+        model,
+        (total = { calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram(), sumMs: 0 }),
+      );
     return total;
   }
 
