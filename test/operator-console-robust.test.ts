@@ -3,6 +3,7 @@
 // on the alerts' timer, alert subjects with any character, the Prometheus listener's port taken, slow and many
 // clients, and the console's period given as a prototype's name.
 import net from 'node:net';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { AlertBook } from '../daemon/alerts/index.js';
@@ -10,7 +11,8 @@ import type { HealthReport } from '../daemon/health/index.js';
 import { MAX_CONNECTIONS } from '../daemon/metrics/prometheus.js';
 import { OperatorMetrics, prometheusText, startPrometheus, type PrometheusSources } from '../daemon/metrics/index.js';
 import { openStore } from '../daemon/store/index.js';
-import { tempDir } from './helpers/daemon.js';
+import { cli, startDaemon, tempDir } from './helpers/daemon.js';
+import { DashboardClient } from './helpers/dashboard.js';
 import { request } from './helpers/http.js';
 
 const dir = tempDir(t, 'sov-console-robust-');
@@ -197,4 +199,31 @@ t.test('Prometheus: a client trickling its headers is cut within seconds; connec
   await new Promise((r) => setTimeout(r, 200));
   const open = idle.filter((s) => !s.destroyed && !s.readableEnded).length;
   t.ok(open <= MAX_CONNECTIONS, `${open} kept open of ${idle.length}`);
+});
+
+t.test("the console's period: a prototype's name, an array, a number out of the list are refused, not a 500", async (t) => {
+  const dataDir = join(dir, 'daemon');
+  const config = join(dir, 'device.json');
+  writeFileSync(config, JSON.stringify({ posture: 'device', dataDir, modelsDir: join(dir, 'none') }));
+  const password = 'a passphrase long enough 42';
+  const made = cli(['admin', 'create', '--email', 'op@bank.example', '--password-stdin', '--config', config], {}, `${password}\n`);
+  t.equal(made.code, 0, made.stderr);
+  const daemon = await startDaemon(t, ['--config', config]);
+  const admin = new DashboardClient(daemon.origin);
+  await admin.open();
+  t.equal((await admin.call('POST', '/login', { email: 'op@bank.example', password })).status, 200);
+  for (const hours of ['__proto__', 'constructor', 'toString', 'abc', '-1', '1e9', '1&hours=24', '']) {
+    const res = await admin.call('GET', `/metrics?hours=${hours}`);
+    t.equal(res.status, 400, `hours=${hours}`);
+    t.equal(res.json?.error?.param, 'hours');
+  }
+  t.equal((await admin.call('GET', '/metrics?hours=720')).status, 200);
+  for (const body of [
+    { item: '__proto__' },
+    { item: 'first_verified_receipt', leaf: '1' },
+    { item: 'first_verified_receipt', leaf: 1e300 },
+  ]) {
+    t.equal((await admin.call('POST', '/checklist', body)).status, 400, JSON.stringify(body));
+  }
+  t.equal((await admin.call('POST', '/checklist', { item: 'tls_fingerprint_recorded', fingerprint: {} })).status, 400);
 });
