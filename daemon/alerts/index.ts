@@ -49,7 +49,8 @@ interface Log {
 }
 
 export class AlertBook {
-  private readonly raised = new Map<string, string>();
+  /** The alerts raised now, by code and subject, with when each was raised. */
+  private readonly raised = new Map<string, { code: AlertCode; subject: string | null; since: string }>();
   /** Models withdrawn while this daemon runs (their file changed or went), by id, with why. */
   private readonly withdrawn = new Map<string, string>();
   private timer: NodeJS.Timeout | null = null;
@@ -61,7 +62,14 @@ export class AlertBook {
 
   /** Re-evaluates every `ms` with `report`, so that alerts are raised and cleared in the log when no one looks. */
   watch(report: () => AlertInputs, ms = 15_000): void {
-    this.timer = setInterval(() => report(), ms);
+    // On a timer, nothing would catch a throw but the process: a health source failing must not stop the daemon.
+    this.timer = setInterval(() => {
+      try {
+        report();
+      } catch (err) {
+        this.log.warn({ err: (err as Error).message }, 'the alerts could not be evaluated; tried again shortly');
+      }
+    }, ms);
     this.timer.unref();
   }
 
@@ -79,21 +87,21 @@ export class AlertBook {
     const ids = new Set<string>();
     const out: Alert[] = [];
     for (const alert of found) {
-      const id = `${alert.code}|${alert.subject ?? ''}`;
+      // A subject (a model id, an upstream's name) may hold any character: the id is JSON, not joined by a separator.
+      const id = JSON.stringify([alert.code, alert.subject]);
       ids.add(id);
-      let since = this.raised.get(id);
-      if (!since) {
-        since = new Date(now).toISOString();
-        this.raised.set(id, since);
+      let raised = this.raised.get(id);
+      if (!raised) {
+        raised = { code: alert.code, subject: alert.subject, since: new Date(now).toISOString() };
+        this.raised.set(id, raised);
         this.log.warn({ alert: alert.code, subject: alert.subject, severity: alert.severity }, `alert raised: ${alert.message}`);
       }
-      out.push({ ...alert, since });
+      out.push({ ...alert, since: raised.since });
     }
-    for (const id of [...this.raised.keys()]) {
+    for (const [id, { code, subject }] of [...this.raised]) {
       if (ids.has(id)) continue;
       this.raised.delete(id);
-      const [code, subject] = id.split('|');
-      this.log.info({ alert: code, subject: subject || null }, 'alert cleared');
+      this.log.info({ alert: code, subject }, 'alert cleared');
     }
     return out.sort((a, b) => (a.severity === b.severity ? a.since.localeCompare(b.since) : a.severity === 'critical' ? -1 : 1));
   }

@@ -28,13 +28,14 @@ export function overviewApi(ctx: DashboardContext): FastifyPluginAsync {
 
     api.get<{ Querystring: { hours?: string } }>('/metrics', async (request) => {
       adminOnly(signedIn(request).user, ADMINS);
-      const hours = request.query.hours ?? '24';
-      const buckets = PERIODS[hours];
-      if (!buckets) {
-        throw new ApiError('invalid_request_error', `'hours' must be one of ${Object.keys(PERIODS).join(', ')} (it was '${hours}').`, {
+      const hours: unknown = request.query.hours ?? '24';
+      // Own keys only: '__proto__' or 'constructor' would find the object's prototype and reach series() as NaN hours.
+      if (typeof hours !== 'string' || !Object.hasOwn(PERIODS, hours)) {
+        throw new ApiError('invalid_request_error', `'hours' must be one of ${Object.keys(PERIODS).join(', ')}.`, {
           param: 'hours',
         });
       }
+      const buckets = PERIODS[hours]!;
       return deps.metrics.series(Number(hours), buckets);
     });
 

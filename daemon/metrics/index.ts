@@ -56,30 +56,53 @@ export interface EndedCall {
   outputRedactions: Record<string, number> | null;
 }
 
-const emptyMinute = (): MinuteRecord => ({ calls: 0, errors: 0, models: {}, errorCodes: {}, redactions: {}, egressRefused: 0 });
+/**
+ * A map from names to values with no prototype: the names are model ids, which may be 'constructor' or 'toString'
+ * (valid ids), and a plain object's `{}['constructor'] ??= …` finds Object itself and counts on it.
+ */
+const dict = <T>(): Record<string, T> => Object.create(null) as Record<string, T>;
+
+const emptyMinute = (): MinuteRecord => ({ calls: 0, errors: 0, models: dict(), errorCodes: dict(), redactions: dict(), egressRefused: 0 });
 const emptyModel = (): ModelMinute => ({ calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram(), queue: 0 });
 
-function addInto(into: Record<string, number>, from: Record<string, number> | null | undefined): void {
-  if (!from) return;
-  for (const [k, v] of Object.entries(from)) if (v) into[k] = (into[k] ?? 0) + v;
+/** A count as stored: a finite number of zero or more, else 0 (a damaged or older record never makes NaN). */
+const countOf = (value: unknown): number => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0);
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+function addInto(into: Record<string, number>, from: unknown): void {
+  if (!isObject(from)) return;
+  for (const [k, v] of Object.entries(from)) {
+    const n = countOf(v);
+    if (n) into[k] = (into[k] ?? 0) + n;
+  }
 }
 
-function mergeMinute(into: MinuteRecord, from: MinuteRecord): MinuteRecord {
-  into.calls += from.calls;
-  into.errors += from.errors;
-  for (const [id, m] of Object.entries(from.models)) {
-    const target = (into.models[id] ??= emptyModel());
-    target.calls += m.calls;
-    target.errors += m.errors;
-    target.promptTokens += m.promptTokens;
-    target.completionTokens += m.completionTokens;
-    addHistogram(target.latency, m.latency);
-    target.queue = Math.max(target.queue, m.queue);
+/**
+ * Adds `from` into `into`. `from` may be a record read from lmdb, of an older shape or damaged: what is not a count
+ * where a count belongs is skipped, so that one bad minute neither stops the flush nor the charts.
+ */
+function mergeMinute(into: MinuteRecord, from: unknown): MinuteRecord {
+  if (!isObject(from)) return into;
+  into.calls += countOf(from.calls);
+  into.errors += countOf(from.errors);
+  if (isObject(from.models)) {
+    for (const [id, m] of Object.entries(from.models)) {
+      if (!isObject(m)) continue;
+      const target = (into.models[id] ??= emptyModel());
+      target.calls += countOf(m.calls);
+      target.errors += countOf(m.errors);
+      target.promptTokens += countOf(m.promptTokens);
+      target.completionTokens += countOf(m.completionTokens);
+      if (Array.isArray(m.latency)) addHistogram(target.latency, m.latency.map(countOf));
+      target.queue = Math.max(target.queue, countOf(m.queue));
+    }
   }
   addInto(into.errorCodes, from.errorCodes);
   addInto(into.redactions, from.redactions);
-  into.egressRefused += from.egressRefused;
-  if (from.disk) into.disk = from.disk;
+  into.egressRefused += countOf(from.egressRefused);
+  const disk = from.disk;
+  if (isObject(disk) && typeof disk.used === 'number' && typeof disk.free === 'number' && typeof disk.total === 'number')
+    into.disk = { used: disk.used, free: disk.free, total: disk.total };
   return into;
 }
 
@@ -99,6 +122,7 @@ export class OperatorMetrics {
   private timer: NodeJS.Timeout | null = null;
   private diskTimer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
+  private sampling = false;
   private lastDisk: DiskReading | null = null;
   readonly totals: MetricsTotals = { calls: new Map(), errorCodes: new Map(), redactions: new Map() };
 
@@ -149,6 +173,7 @@ export class OperatorMetrics {
     total.calls++;
     if (failed) total.errors++;
     total.latency[bucket]!++;
+    total.sumMs += Math.max(0, call.durationMs);
   }
 
   private countRedactions(minute: MinuteRecord, counts: Record<string, number>): void {
@@ -163,7 +188,10 @@ export class OperatorMetrics {
   private totalOf(model: string) {
     let total = this.totals.calls.get(model);
     if (!total)
-      this.totals.calls.set(model, (total = { calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram() }));
+      this.totals.calls.set(
+        model,
+        (total = { calls: 0, errors: 0, promptTokens: 0, completionTokens: 0, latency: emptyHistogram(), sumMs: 0 }),
+      );
     return total;
   }
 
@@ -191,6 +219,9 @@ export class OperatorMetrics {
   }
 
   private async sampleDisk(): Promise<void> {
+    // A walk slower than a minute (a data directory of very many files, a slow disk) is not joined by another.
+    if (this.sampling) return;
+    this.sampling = true;
     try {
       const sample = await sampleDisk(this.options.dataDir);
       const now = Date.now();
@@ -202,6 +233,8 @@ export class OperatorMetrics {
       this.lastDisk = { ...sample, at: new Date(now).toISOString(), fullInSeconds: fullIn(samples) };
     } catch (err) {
       this.options.onError?.(err as Error);
+    } finally {
+      this.sampling = false;
     }
   }
 
@@ -238,9 +271,9 @@ export class OperatorMetrics {
       buckets: count,
       calls: zeros(),
       errors: zeros(),
-      models: {},
-      errorCodes: {},
-      redactions: {},
+      models: dict(),
+      errorCodes: dict(),
+      redactions: dict(),
       egressRefused: zeros(),
       diskUsed: new Array<number | null>(count).fill(null),
     };
@@ -300,13 +333,15 @@ export class OperatorMetrics {
       try {
         await this.db.transaction(() => {
           for (const [at, record] of batch) {
-            const stored = this.db.get(at);
-            void this.db.put(at, stored ? mergeMinute(stored, record) : record);
+            const stored: unknown = this.db.get(at);
+            void this.db.put(at, stored === undefined ? record : mergeMinute(mergeMinute(emptyMinute(), stored), record));
           }
           for (const key of this.db.getKeys({ end: horizon })) void this.db.remove(key);
         });
       } catch (err) {
         for (const [at, record] of batch) {
+          // Kept no longer than a written minute would be: a disk full for days does not grow this without end.
+          if (at < horizon) continue;
           const newer = this.pending.get(at);
           this.pending.set(at, newer ? mergeMinute(record, newer) : record);
         }

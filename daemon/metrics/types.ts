@@ -40,7 +40,18 @@ export type DiskReading = DiskSample & { at: string; fullInSeconds: number | nul
 
 /** Totals since this process started (counters restart at zero with the process, as Prometheus expects). */
 export interface MetricsTotals {
-  calls: Map<string, { calls: number; errors: number; promptTokens: number; completionTokens: number; latency: number[] }>;
+  calls: Map<
+    string,
+    {
+      calls: number;
+      errors: number;
+      promptTokens: number;
+      completionTokens: number;
+      latency: number[];
+      /** Their durations added, ms. */
+      sumMs: number;
+    }
+  >;
   errorCodes: Map<string, number>;
   redactions: Map<string, number>;
 }

@@ -13,6 +13,9 @@ export interface PrometheusSources {
   disk: () => { used: number; free: number; total: number } | null;
 }
 
+/** Connections the endpoint keeps at once. */
+export const MAX_CONNECTIONS = 32;
+
 /** A label value escaped as the format asks (backslash, quote, newline). */
 const label = (value: string) => value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
 
@@ -55,6 +58,7 @@ export function prometheusText(sources: PrometheusSources, now = Date.now()): st
     });
     cumulative += t.latency[LATENCY_BOUNDS_MS.length] ?? 0;
     lines.push(`sovereign_model_call_duration_seconds_bucket{model="${label(id)}",le="+Inf"} ${cumulative}`);
+    lines.push(`sovereign_model_call_duration_seconds_sum{model="${label(id)}"} ${t.sumMs / 1000}`);
     lines.push(`sovereign_model_call_duration_seconds_count{model="${label(id)}"} ${cumulative}`);
   }
 
@@ -114,7 +118,9 @@ export function startPrometheus(
   on: { problem: (err: Error) => void; listening: (address: { host: string; port: number }) => void },
 ): PrometheusListener {
   let problem: string | null = null;
-  const server = http.createServer((req, res) => {
+  // Node checks a request's header and request timeouts every connectionsCheckingInterval (30 s by default): a client
+  // trickling its headers would hold its connection that long, and many such would hold the daemon's descriptors.
+  const server = http.createServer({ connectionsCheckingInterval: 1_000, headersTimeout: 5_000, requestTimeout: 10_000 }, (req, res) => {
     const path = (req.url ?? '').split('?')[0];
     if (path !== '/metrics') {
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('Only /metrics is served here.\n');
@@ -137,9 +143,10 @@ export function startPrometheus(
     res.end(req.method === 'HEAD' ? undefined : body);
   });
   // A scraper holds no connection open for long; a stalled one is cut.
-  server.requestTimeout = 10_000;
-  server.headersTimeout = 5_000;
   server.keepAliveTimeout = 5_000;
+  // A few scrapers, not clients: more connections than this at once are closed as they come, so that this listener
+  // never takes the file descriptors the API needs.
+  server.maxConnections = MAX_CONNECTIONS;
   server.on('error', (err: NodeJS.ErrnoException) => {
     problem = `cannot listen on ${listen.host}:${listen.port}: ${err.code ?? err.message}`;
     on.problem(err);
