@@ -8,8 +8,11 @@ import { asUser, type DashboardContext } from './context.js';
 import { adminOnly, signedIn } from './guards.js';
 import type { OverviewView } from './wire.js';
 
-/** The periods the charts offer, in hours, and the buckets each is drawn in (a minute each over an hour, a day each over 30 days). */
-const PERIODS: Record<string, number> = { 1: 60, 24: 48, 168: 56, 720: 30 };
+/**
+ * The periods the charts offer, in hours, and the buckets each is drawn in: a minute each over an hour, an hour each
+ * over a day, three hours over a week, a day each over 30 days (steps of hours are read from the hourly counts).
+ */
+const PERIODS: Record<string, number> = { 1: 60, 24: 24, 168: 56, 720: 30 };
 const ADMINS = 'The device’s counters and its checklist are for its administrators.';
 
 export function overviewApi(ctx: DashboardContext): FastifyPluginAsync {

@@ -1,9 +1,10 @@
 // The operator's counters: per model calls, tokens, durations and queue length; errors by code; redactions by type
 // (counts only, never values); refused egress attempts; the data directory's size and its filesystem's room. Kept per
-// minute for 30 days in this machine's lmdb (each replica counts its own: they are this machine's figures), for the
-// console's charts; the totals since start feed the Prometheus endpoint (daemon/prometheus). Counting is a few map
-// increments when a call ends; the minutes reach lmdb every few seconds (and at close), so a crash loses at most
-// those seconds of counts.
+// minute for 30 days in this machine's lmdb (each replica counts its own: they are this machine's figures), and added
+// up per hour beside them, for the console's charts: a chart in steps of hours reads hours (720 records for 30 days),
+// never the 43,200 minutes, so drawing it does not hold up the calls. The totals since start feed the Prometheus
+// endpoint (daemon/prometheus). Counting is a few map increments when a call ends; the minutes reach lmdb every few
+// seconds (and at close), so a crash loses at most those seconds of counts.
 import type { Database } from 'lmdb';
 import type { Store } from '../store/index.js';
 import { addHistogram, bucketOf, emptyHistogram, quantile } from './latency.js';
@@ -19,6 +20,8 @@ const MINUTE = 60_000;
 const FLUSH_MS = 5_000;
 const KEEP_MINUTES = 30 * 24 * 60;
 const DISK_EVERY_MS = MINUTE;
+/** The span a disk's rate of filling is measured over. */
+const DISK_RATE_MS = 24 * 3600_000;
 
 export interface ModelMinute {
   calls: number;
@@ -116,6 +119,10 @@ export interface MetricsOptions {
 
 export class OperatorMetrics {
   private readonly db: Database<MinuteRecord, number>;
+  /** The same counts added up per hour (keyed by the hour's index since the epoch). */
+  private readonly hourly: Database<MinuteRecord, number>;
+  /** Free space samples of the last day, oldest first: the disk's rate of filling. */
+  private diskHistory: Array<{ at: number; free: number }> = [];
   private pending = new Map<number, MinuteRecord>();
   /** The minutes a flush is writing: read with the pending ones until lmdb has them. */
   private writing = new Map<number, MinuteRecord>();
@@ -131,9 +138,15 @@ export class OperatorMetrics {
     private readonly options: MetricsOptions,
   ) {
     this.db = store.db<MinuteRecord, number>('operator-metrics');
+    this.hourly = store.db<MinuteRecord, number>('operator-metrics-hourly');
   }
 
   start(): void {
+    // The rate of filling carries over a restart: the last day's hourly samples.
+    const now = Date.now();
+    for (const [hour, record] of this.records(60, now - DISK_RATE_MS, now)) {
+      if (record.disk) this.diskHistory.push({ at: hour * 60 * MINUTE, free: record.disk.free });
+    }
     this.timer = setInterval(() => {
       this.sampleQueues();
       void this.flush();
@@ -226,11 +239,9 @@ export class OperatorMetrics {
       const sample = await sampleDisk(this.options.dataDir);
       const now = Date.now();
       this.minute(now).disk = sample;
-      // The rate over the last day, computed once per sample rather than at every look.
-      const samples: Array<{ at: number; free: number }> = [];
-      for (const [minute, record] of this.minutes(now - 24 * 3600_000, now))
-        if (record.disk) samples.push({ at: minute * MINUTE, free: record.disk.free });
-      this.lastDisk = { ...sample, at: new Date(now).toISOString(), fullInSeconds: fullIn(samples) };
+      this.diskHistory.push({ at: now, free: sample.free });
+      while (this.diskHistory[0]!.at < now - DISK_RATE_MS) this.diskHistory.shift();
+      this.lastDisk = { ...sample, at: new Date(now).toISOString(), fullInSeconds: fullIn(this.diskHistory) };
     } catch (err) {
       this.options.onError?.(err as Error);
     } finally {
@@ -243,30 +254,42 @@ export class OperatorMetrics {
     return this.lastDisk;
   }
 
-  /** Stored and pending minutes from `fromMs` to `toMs`, merged, in order. */
-  private minutes(fromMs: number, toMs: number): Map<number, MinuteRecord> {
-    const start = Math.floor(fromMs / MINUTE);
-    const end = Math.floor(toMs / MINUTE);
+  /**
+   * Stored and pending counts from `fromMs` to `toMs` in units of `unit` minutes (1: the minutes; 60: the hours), each
+   * keyed by its index since the epoch, merged, in order.
+   */
+  private records(unit: 1 | 60, fromMs: number, toMs: number): Map<number, MinuteRecord> {
+    const start = Math.floor(fromMs / (unit * MINUTE));
+    const end = Math.floor(toMs / (unit * MINUTE));
     const out = new Map<number, MinuteRecord>();
-    for (const { key, value } of this.db.getRange({ start, end: end + 1 })) out.set(key, mergeMinute(emptyMinute(), value));
-    for (const [at, record] of [...this.writing, ...this.pending]) {
+    const db = unit === 1 ? this.db : this.hourly;
+    for (const { key, value } of db.getRange({ start, end: end + 1 })) out.set(key, mergeMinute(emptyMinute(), value));
+    // Minutes not in lmdb yet, in the order they were counted (the last disk sample wins).
+    const unsaved = [...this.writing, ...this.pending].sort(([a], [b]) => a - b);
+    for (const [minute, record] of unsaved) {
+      const at = Math.floor(minute / unit);
       if (at < start || at > end) continue;
-      const stored = out.get(at);
-      out.set(at, stored ? mergeMinute(stored, record) : mergeMinute(emptyMinute(), record));
+      out.set(at, mergeMinute(out.get(at) ?? emptyMinute(), record));
     }
     return new Map([...out].sort(([a], [b]) => a - b));
   }
 
-  /** The counters of the last `hours`, in `buckets` equal steps ending with the current minute. */
+  /**
+   * The counters of the last `hours`, in `buckets` equal steps ending with the current minute; steps of whole hours end
+   * with the current hour and are read from the hourly counts.
+   */
   series(hours: number, buckets: number, now = Date.now()): MetricsSeries {
     const minutes = hours * 60;
     const perBucket = Math.max(1, Math.ceil(minutes / buckets));
     const count = Math.ceil(minutes / perBucket);
-    const lastMinute = Math.floor(now / MINUTE);
-    const firstMinute = lastMinute - count * perBucket + 1;
+    const unit: 1 | 60 = perBucket % 60 === 0 ? 60 : 1;
+    const unitsPerBucket = perBucket / unit;
+    const lastUnit = Math.floor(now / (unit * MINUTE));
+    const firstUnit = lastUnit - count * unitsPerBucket + 1;
+    const firstMs = firstUnit * unit * MINUTE;
     const zeros = () => new Array<number>(count).fill(0);
     const out: MetricsSeries = {
-      from: new Date(firstMinute * MINUTE).toISOString(),
+      from: new Date(firstMs).toISOString(),
       stepSeconds: perBucket * 60,
       buckets: count,
       calls: zeros(),
@@ -279,8 +302,8 @@ export class OperatorMetrics {
     };
     const histograms = new Map<string, number[][]>();
     const totals = new Map<string, number[]>();
-    for (const [minute, record] of this.minutes(firstMinute * MINUTE, now)) {
-      const i = Math.floor((minute - firstMinute) / perBucket);
+    for (const [at, record] of this.records(unit, firstMs, now)) {
+      const i = Math.floor((at - firstUnit) / unitsPerBucket);
       if (i < 0 || i >= count) continue;
       out.calls[i]! += record.calls;
       out.errors[i]! += record.errors;
@@ -331,12 +354,24 @@ export class OperatorMetrics {
       this.writing = batch;
       const horizon = Math.floor(Date.now() / MINUTE) - KEEP_MINUTES;
       try {
+        // The minutes, and the same counts added to their hours, in one transaction: the two never disagree.
+        const hours = new Map<number, MinuteRecord>();
+        for (const [at, record] of [...batch].sort(([a], [b]) => a - b)) {
+          const hour = Math.floor(at / 60);
+          hours.set(hour, mergeMinute(hours.get(hour) ?? emptyMinute(), record));
+        }
         await this.db.transaction(() => {
-          for (const [at, record] of batch) {
-            const stored: unknown = this.db.get(at);
-            void this.db.put(at, stored === undefined ? record : mergeMinute(mergeMinute(emptyMinute(), stored), record));
+          for (const [db, records] of [
+            [this.db, batch],
+            [this.hourly, hours],
+          ] as const) {
+            for (const [at, record] of records) {
+              const stored: unknown = db.get(at);
+              void db.put(at, stored === undefined ? record : mergeMinute(mergeMinute(emptyMinute(), stored), record));
+            }
           }
           for (const key of this.db.getKeys({ end: horizon })) void this.db.remove(key);
+          for (const key of this.hourly.getKeys({ end: Math.floor(horizon / 60) })) void this.hourly.remove(key);
         });
       } catch (err) {
         for (const [at, record] of batch) {
