@@ -1,7 +1,7 @@
 // The first-run checklist: what a fresh box needs before its owner relies on it. Most steps the daemon sees for itself
 // (the signer, the models, the keys); two only the operator can say: that the TLS certificate's fingerprint was written
 // down (kept with that fingerprint: a new certificate makes the step due again) and that a receipt was verified. Their
-// marks are this machine's own records.
+// marks are shared state: with store: postgres, every replica shows the same checklist.
 import { ApiError } from '../errors/index.js';
 import { usesTls } from '../config/index.js';
 import { certificateFingerprint } from '../net/index.js';
@@ -82,12 +82,12 @@ export function checklist(deps: DashboardDeps): ChecklistItem[] {
 }
 
 /** Records an operator's mark; returns the audit entry's fields. The fingerprint marked must be the one served now. */
-export function markChecklist(
+export async function markChecklist(
   deps: DashboardDeps,
   item: ChecklistMark,
   body: { fingerprint?: unknown; leaf?: unknown },
-): Record<string, string | number> {
-  const db = deps.store.db<Marks[ChecklistMark]>(SPACE);
+): Promise<Record<string, string | number>> {
+  const put = (value: NonNullable<Marks[ChecklistMark]>) => deps.store.update((tx) => tx.put(SPACE, item, value));
   const at = new Date().toISOString();
   if (item === 'tls_fingerprint_recorded') {
     const fingerprint = tlsFingerprint(deps);
@@ -102,7 +102,7 @@ export function markChecklist(
         },
       );
     }
-    db.putSync(item, { fingerprint, at });
+    await put({ fingerprint, at });
     return { fingerprint };
   }
   const leaf = body.leaf;
@@ -111,6 +111,6 @@ export function markChecklist(
       param: 'leaf',
     });
   }
-  db.putSync(item, { leaf, at });
+  await put({ leaf, at });
   return { leaf };
 }

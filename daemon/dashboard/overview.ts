@@ -53,7 +53,7 @@ export function overviewApi(ctx: DashboardContext): FastifyPluginAsync {
         throw new ApiError('invalid_request_error', `'item' must be one of ${CHECKLIST_MARKS.join(', ')}.`, { param: 'item' });
       }
       ctx.trail.writable();
-      const mark = markChecklist(deps, item as ChecklistMark, body);
+      const mark = await markChecklist(deps, item as ChecklistMark, body);
       await ctx.trail.record(asUser(user), 'operator.checklist', { item, ...mark });
       return { checklist: checklist(deps) };
     });

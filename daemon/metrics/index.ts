@@ -115,6 +115,8 @@ export interface MetricsOptions {
   queues: () => Array<{ model: string; waiting: number }>;
   /** Told when counts could not be written (they are kept for the next try). */
   onError?: (err: Error) => void;
+  /** Told when the data directory could not be measured (the last sample stands; tried again in a minute). */
+  onDiskError?: (err: Error) => void;
 }
 
 export class OperatorMetrics {
@@ -243,7 +245,7 @@ export class OperatorMetrics {
       while (this.diskHistory[0]!.at < now - DISK_RATE_MS) this.diskHistory.shift();
       this.lastDisk = { ...sample, at: new Date(now).toISOString(), fullInSeconds: fullIn(this.diskHistory) };
     } catch (err) {
-      this.options.onError?.(err as Error);
+      this.options.onDiskError?.(err as Error);
     } finally {
       this.sampling = false;
     }

@@ -48,6 +48,8 @@ export const SHARED_SPACES: ReadonlySet<string> = new Set([
   'batches-active',
   'batch-lines',
   'batch-leases',
+  // The operator's marks on the first-run checklist (daemon/dashboard/checklist.ts): one checklist per deployment.
+  'operator-checklist',
 ]);
 /** Named databases of raw bytes (values are Buffers as they are, not msgpack). */
 const BINARY_SPACES: ReadonlySet<string> = new Set(['document-vectors']);
