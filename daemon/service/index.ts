@@ -118,8 +118,16 @@ export async function startDaemon(
       if (!store.writes.state)
         log.error({ err: err.message }, 'the operator counters could not be written; they are kept for the next try');
     },
+    onDiskError: (err) => log.warn({ err: err.message }, "the data directory's size could not be measured; tried again in a minute"),
   });
   metrics.start();
+  if (config.alerts.checkpointLagSeconds * 1000 <= config.audit.heartbeatMs) {
+    // An idle log signs a checkpoint every heartbeat: a limit under it raises the alert on every quiet stretch.
+    log.warn(
+      { checkpointLagSeconds: config.alerts.checkpointLagSeconds, heartbeatMs: config.audit.heartbeatMs },
+      'alerts.checkpointLagSeconds is not above audit.heartbeatMs: an idle log will raise audit_checkpoint_late',
+    );
+  }
   let prometheus: PrometheusListener | null = null;
   const alerts = new AlertBook(
     { thresholds: config.alerts, disk: () => metrics.disk(), prometheusProblem: () => prometheus?.problem() ?? null },
