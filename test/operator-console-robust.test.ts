@@ -121,6 +121,52 @@ t.test('alerts: a health source that throws on the timer is logged, not fatal; s
   t.same(cleared, [{ alert: 'model_withdrawn', subject }], 'the clearing names the whole subject');
 });
 
+t.test(
+  'alerts from each cause: an egress refusal for its window, the disk by room and by rate, the replica, the limiter, an upstream',
+  async (t) => {
+    let disk: { free: number; total: number; fullInSeconds: number | null } | null = { free: 50, total: 100, fullInSeconds: null };
+    const book = new AlertBook(
+      {
+        thresholds: { checkpointLagSeconds: 900, diskFreePercent: 10, diskFullHours: 72, egressHours: 24 },
+        disk: () => disk,
+        prometheusProblem: () => null,
+      },
+      { warn: () => {}, info: () => {} },
+    );
+    const now = Date.parse('2026-11-28T12:00:00Z');
+    const codes = (over: Partial<HealthReport>, at = now) => book.evaluate(report(over), at).map((a) => `${a.code}:${a.severity}`);
+    const egress = (last: string | null) =>
+      ({ egress: { last_refused_at: last, refused_since_first_boot: 2 } }) as unknown as Partial<HealthReport>;
+    t.same(codes(egress(null)), [], 'nothing refused: no alert');
+    t.same(codes(egress('2026-11-28T11:00:00Z')), ['egress_refused:critical'], 'a refusal an hour ago');
+    t.same(codes(egress('2026-11-27T11:00:00Z')), [], 'cleared once egressHours have passed');
+    disk = { free: 8, total: 100, fullInSeconds: null };
+    t.same(codes({}), ['disk_nearly_full:warning'], 'under diskFreePercent');
+    disk = { free: 4, total: 100, fullInSeconds: null };
+    t.same(codes({}), ['disk_nearly_full:critical'], 'under half of it');
+    disk = { free: 60, total: 100, fullInSeconds: 3600 * 10 };
+    t.same(codes({}), ['disk_nearly_full:warning'], 'full within diskFullHours at its rate');
+    disk = null;
+    t.same(
+      codes({
+        shared_state: { store: 'postgres', current: false, problem: 'PostgreSQL does not answer', since: null },
+        limiter: { store: 'redis', problem: 'Redis does not answer' },
+        upstreams: [
+          { name: 'rack', answering: false, problem: 'ECONNREFUSED', checked_at: '2026-11-28T11:59:00Z', retried: 0 },
+          { name: 'new', answering: false, problem: null, checked_at: null, retried: 0 },
+        ],
+      }),
+      ['shared_state_stale:critical', 'limiter_unavailable:critical', 'upstream_down:warning'],
+      'an upstream not yet checked is not down',
+    );
+    t.same(
+      codes({ audit: { entries: 5, signer: null, latest_checkpoint: null, problem: 'the TPM does not answer' } }),
+      ['audit_signer_degraded:critical'],
+      'a signer that cannot sign; no checkpoint yet within the limit is not late',
+    );
+  },
+);
+
 function sources(): PrometheusSources {
   return {
     health: () => report({ models: [{ id: 'x"}\n1', readiness: 'ready' }] as unknown as HealthReport['models'] }),
