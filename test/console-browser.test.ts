@@ -10,11 +10,10 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
 import type { Page } from 'playwright-core';
-import { Agent, fetch as undiciFetch } from 'undici';
 import { makeModelFixtures } from './fixtures/models.js';
 import { capture, launchBrowser, newPage, verifyReceiptInPage } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
-import { selfSignedCert } from './helpers/tls.js';
+import { fetchTrusting, selfSignedCert } from './helpers/tls.js';
 
 const PASSWORD = 'a passphrase long enough 42';
 const NATIONAL_ID = '1000000008';
@@ -45,10 +44,7 @@ writeFileSync(
 const made = cli(['admin', 'create', '--email', 'owner@bank.example', '--password-stdin', '--config', config], {}, `${PASSWORD}\n`);
 if (made.code !== 0) throw new Error(made.stderr);
 const daemon = await startDaemon(t, ['--config', config]);
-const agent = new Agent({ connect: { ca: tls.ca } });
-t.teardown(() => agent.close());
-const fetchWithCa = ((url: string, init: RequestInit) =>
-  undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch;
+const fetchWithCa = fetchTrusting(t, tls.ca);
 const clientFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: daemon.baseURL, maxRetries: 0, fetch: fetchWithCa });
 const fingerprint = `SHA256:${new X509Certificate(readFileSync(tls.cert)).fingerprint256.toLowerCase()}`;
 

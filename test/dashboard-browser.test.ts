@@ -9,13 +9,12 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
-import { Agent, fetch as undiciFetch } from 'undici';
 import { convert, speech } from './fixtures/audio.js';
 import { makeModelFixtures } from './fixtures/models.js';
 import { tinyWhisperEntry, writeTinyWhisperModel } from './fixtures/whisper.js';
 import { accessibilityProblems, capture, launchBrowser, newPage, verifyReceiptInPage } from './helpers/browser.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
-import { selfSignedCert } from './helpers/tls.js';
+import { fetchTrusting, selfSignedCert } from './helpers/tls.js';
 
 const PASSWORD = 'a passphrase long enough 42';
 const NATIONAL_ID = '1000000008';
@@ -45,10 +44,7 @@ writeFileSync(
 );
 const ops = createKey(dataDir, 'ops', ['--config', config]);
 const daemon = await startDaemon(t, ['--config', config]);
-const agent = new Agent({ connect: { ca: tls.ca } });
-t.teardown(() => agent.close());
-const fetchWithCa = ((url: string, init: RequestInit) =>
-  undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch;
+const fetchWithCa = fetchTrusting(t, tls.ca);
 const clientFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: daemon.baseURL, maxRetries: 0, fetch: fetchWithCa });
 
 // The engine loads in the background: wait until the chat model is ready.

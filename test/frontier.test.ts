@@ -8,10 +8,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
-import { Agent, fetch as undiciFetch } from 'undici';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { request } from './helpers/http.js';
-import { selfSignedCert } from './helpers/tls.js';
+import { fetchTrusting, selfSignedCert } from './helpers/tls.js';
 
 const NATIONAL_ID = '1000000008';
 const IBAN = 'SA03 8000 0000 6080 1016 7519';
@@ -87,13 +86,12 @@ const config = join(dir, 'frontier.json');
 writeFileSync(config, JSON.stringify(frontierConfig()));
 const key = createKey(join(dir, 'data'), 'ministry', ['--config', config]);
 const daemon = await startDaemon(t, ['--config', config]);
-const agent = new Agent({ connect: { ca: tls.ca } });
-t.teardown(() => agent.close());
+const fetchWithCa = fetchTrusting(t, tls.ca);
 const client = new OpenAI({
   apiKey: key.secret,
   baseURL: daemon.baseURL,
   maxRetries: 0,
-  fetch: ((url: string, init: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch,
+  fetch: fetchWithCa,
 });
 const auth = { authorization: `Bearer ${key.secret}`, 'content-type': 'application/json' };
 const call = (path: string, body?: unknown, headers: Record<string, string> = auth) =>

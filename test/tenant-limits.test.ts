@@ -7,12 +7,11 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
-import { Agent, fetch as undiciFetch } from 'undici';
 import { ApiError } from '../daemon/errors/index.js';
 import { KeyLimits } from '../daemon/limits/index.js';
 import { cli, createKey, startDaemon, tempDir } from './helpers/daemon.js';
 import { DashboardClient } from './helpers/dashboard.js';
-import { selfSignedCert } from './helpers/tls.js';
+import { fetchTrusting, selfSignedCert } from './helpers/tls.js';
 
 const PASSWORD = 'correct horse battery staple 7';
 const PROJECT_RPM = 5;
@@ -41,14 +40,13 @@ const admin = cli(['admin', 'create', '--email', 'op@bank.example', '--password-
 if (admin.code !== 0) throw new Error(`admin create failed: ${admin.stderr}`);
 const daemon = await startDaemon(t, withConfig);
 
-const agent = new Agent({ connect: { ca: tls.ca } });
-t.teardown(() => agent.close());
+const fetchWithCa = fetchTrusting(t, tls.ca);
 const client = (secret: string) =>
   new OpenAI({
     apiKey: secret,
     baseURL: daemon.baseURL,
     maxRetries: 0,
-    fetch: ((url: string, init: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch,
+    fetch: fetchWithCa,
   });
 /** The models list through the openai client, or the APIError it rejected with. */
 const models = (secret: string) =>

@@ -2,6 +2,7 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Agent, fetch as undiciFetch } from 'undici';
 
 export function selfSignedCert(dir: string): { cert: string; key: string; ca: Buffer } {
   const cert = join(dir, 'cert.pem');
@@ -30,4 +31,14 @@ export function selfSignedCert(dir: string): { cert: string; key: string; ca: Bu
     { stdio: 'ignore' },
   );
   return { cert, key, ca: readFileSync(cert) };
+}
+
+/**
+ * A fetch that trusts `ca` (the test's self-signed certificate), for the openai client against an HTTPS posture; its
+ * connections close when the test ends.
+ */
+export function fetchTrusting(t: { teardown: (fn: () => void | Promise<void>) => void }, ca: Buffer): typeof fetch {
+  const agent = new Agent({ connect: { ca } });
+  t.teardown(() => agent.close());
+  return ((url: string, init: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch;
 }
