@@ -80,10 +80,7 @@ t.test('killed with SIGKILL mid-batch, restarted: the batch completes, every cus
   t.comment(`killed after ${Date.now() - started} ms`);
 
   ({ daemon, client } = await start());
-  t.ok(
-    daemon.logs.some((l) => l.includes('"batches resumed"') && l.includes(created.id)),
-    'the daemon says it resumed the batch',
-  );
+  t.ok(await daemon.logged((l) => l.includes('"batches resumed"') && l.includes(created.id)), 'the daemon says it resumed the batch');
   const batch = await ended(client, created.id);
   t.equal(batch.status, 'completed');
   t.same(batch.request_counts, { total: LINES, completed: LINES, failed: 0 });

@@ -105,8 +105,5 @@ t.test('a file arriving whose header is not the model is header_mismatch, not li
   });
   t.match(m.reason, /block count is 3, the manifest says 2/);
   t.notOk((await listed()).includes('liar-chat'));
-  t.ok(
-    daemon.logs.some((l) => l.includes('model arrived in the models dir')),
-    'the daemon logs each model it picks up',
-  );
+  t.ok(await daemon.logged('model arrived in the models dir'), 'the daemon logs each model it picks up');
 });

@@ -54,6 +54,11 @@ export interface RunningDaemon {
   origin: string;
   proc: ChildProcess;
   logs: string[];
+  /**
+   * Whether a log line containing `text` (or one `text` accepts) arrives within `ms`. The daemon's lines reach the test through a pipe, after
+   * the HTTP answer that caused them may already have: a test waits for the line rather than reading `logs` at once.
+   */
+  logged(text: string | ((line: string) => boolean), ms?: number): Promise<boolean>;
   /** Sends SIGTERM and resolves with the exit code. */
   stop(): Promise<number | null>;
   exited: Promise<number | null>;
@@ -114,7 +119,15 @@ export async function startDaemon(
     await stop();
   });
   const origin = url.replace(/\/v1$/, '');
-  return { url, baseURL: url, origin, proc, logs, stop, exited };
+  const logged = async (text: string | ((line: string) => boolean), ms = 5_000) => {
+    const accepts = typeof text === 'string' ? (line: string) => line.includes(text) : text;
+    for (const until = Date.now() + ms; ;) {
+      if (logs.some(accepts)) return true;
+      if (Date.now() >= until) return false;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  return { url, baseURL: url, origin, proc, logs, logged, stop, exited };
 }
 
 /** A project and an active key in a data dir; returns the key's id and secret. */
