@@ -55,8 +55,9 @@ export interface RunningDaemon {
   proc: ChildProcess;
   logs: string[];
   /**
-   * Whether a log line containing `text` (or one `text` accepts) arrives within `ms`. The daemon's lines reach the test through a pipe, after
-   * the HTTP answer that caused them may already have: a test waits for the line rather than reading `logs` at once.
+   * Whether a log line containing `text` (or one `text` accepts) arrives within `ms`. The daemon's lines reach the
+   * test through a pipe, after the HTTP answer that caused them may already have: a test waits for the line rather
+   * than reading `logs` at once.
    */
   logged(text: string | ((line: string) => boolean), ms?: number): Promise<boolean>;
   /** Sends SIGTERM and resolves with the exit code. */
